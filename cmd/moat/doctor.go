@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/moat-sandbox/moat/runtime/linux"
+	"github.com/moat-sandbox/moat/sandbox"
+)
+
+// doctorReport is `moat doctor --json`.
+type doctorReport struct {
+	OK          bool                 `json:"ok"`
+	Checks      []linux.Check        `json:"checks"`
+	Enforcement *sandbox.Enforcement `json:"enforcement,omitempty"`
+}
+
+func newDoctorCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "doctor",
+		Short: "Report what this host can enforce, what it cannot, and why",
+		Long: `Probe the kernel features moat's sandbox needs, then start a real sandbox
+and read back, from inside it, what the kernel says is in effect
+(seccomp mode, no_new_privs, capabilities, uid).
+
+Exit codes: 0 when every required protection is available and the test
+sandbox confirmed it; 1 otherwise.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			rep := runDoctor(cmd.Context())
+			if asJSON {
+				enc := json.NewEncoder(os.Stdout)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(rep); err != nil {
+					return err
+				}
+			} else {
+				for _, c := range rep.Checks {
+					mark := "ok  "
+					if !c.OK {
+						mark = "FAIL"
+						if !c.Required {
+							mark = "warn"
+						}
+					}
+					fmt.Printf("%s  %-22s %s\n", mark, c.Name, c.Detail)
+				}
+				if rep.OK {
+					fmt.Println("\nmoat can enforce its full sandbox on this host.")
+				} else {
+					fmt.Println("\nmoat cannot enforce its sandbox on this host: see FAIL lines.")
+				}
+			}
+			if !rep.OK {
+				return &exitError{code: 1}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	return cmd
+}
+
+func runDoctor(ctx context.Context) doctorReport {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	rep := doctorReport{Checks: linux.Probe()}
+	add := func(name string, ok bool, detail string) {
+		rep.Checks = append(rep.Checks, linux.Check{Name: name, OK: ok, Detail: detail, Required: true})
+	}
+	rt, err := linux.New()
+	if err != nil {
+		add("runtime", false, err.Error())
+	} else {
+		enf := rt.Enforcement()
+		rep.Enforcement = &enf
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		res, err := rt.Run(ctx, nil, &sandbox.Process{Args: []string{"/bin/sh", "-c", "id -u; cat /proc/self/status"}})
+		switch {
+		case err != nil:
+			add("test sandbox", false, err.Error())
+		case res.ExitCode != 0:
+			add("test sandbox", false, fmt.Sprintf("exit %d: %s %s", res.ExitCode, res.Error, res.Stderr))
+		default:
+			add("test sandbox", true, fmt.Sprintf("started and ran /bin/sh in %d ms", res.DurationMs))
+			verifyStatus(res.Stdout, add)
+		}
+	}
+	rep.OK = true
+	for _, c := range rep.Checks {
+		if c.Required && !c.OK {
+			rep.OK = false
+		}
+	}
+	return rep
+}
+
+// verifyStatus checks what the kernel reports inside the test sandbox.
+func verifyStatus(out string, add func(string, bool, string)) {
+	lines := strings.Split(out, "\n")
+	field := func(k string) string {
+		for _, l := range lines {
+			if v, ok := strings.CutPrefix(l, k+":"); ok {
+				return strings.TrimSpace(v)
+			}
+		}
+		return ""
+	}
+	uid := strings.TrimSpace(lines[0])
+	add("inside: uid", uid == "1000", "uid "+uid)
+	add("inside: no_new_privs", field("NoNewPrivs") == "1", "NoNewPrivs "+field("NoNewPrivs"))
+	add("inside: seccomp", field("Seccomp") == "2", "Seccomp mode "+field("Seccomp")+" (2 = filter)")
+	for _, k := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
+		add("inside: "+k, strings.Trim(field(k), "0") == "", k+" "+field(k))
+	}
+}

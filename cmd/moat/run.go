@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/moat-sandbox/moat/runtime/linux"
+	"github.com/moat-sandbox/moat/sandbox"
+)
+
+type runFlags struct {
+	workspace   string
+	ro, rw      []string
+	interactive bool
+	tty         bool
+	env         []string
+	cwd         string
+	timeout     time.Duration
+	json        bool
+	sh          string
+}
+
+func newRunCmd() *cobra.Command {
+	var f runFlags
+	cmd := &cobra.Command{
+		Use:   "run [flags] -- COMMAND [ARG...] | run [flags] --sh 'SHELL COMMAND'",
+		Short: "Run one command in a fresh sandbox",
+		Long: `Run one command in a fresh sandbox and stream its output.
+
+The command runs as uid 1000 ("sandbox") in new user, mount, pid, net, ipc,
+uts and cgroup namespaces, with no capabilities, no_new_privs, Landlock and
+a seccomp filter. It sees the host's /usr (and /bin, /lib… links) read-only,
+a filtered /etc, a minimal /dev, a masked /proc, a private /tmp and home
+(tmpfs), /workspace, and nothing else of the host. Network: loopback only.
+
+Exit codes: the command's own code; 128+N if a signal N ended it; 124 on
+timeout (the whole process tree is killed); 125 if the sandbox could not be
+set up (bad flag, bad path, host lacking a protection); 126 if the command
+is not executable; 127 if it was not found.`,
+		Example: `  moat run -- echo hello
+  moat run -w ./project --sh 'make test'
+  moat run --ro ~/.gitconfig:/home/sandbox/.gitconfig -w . -- git status
+  moat run -it -- bash`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runRun(cmd.Context(), &f, args)
+		},
+	}
+	fl := cmd.Flags()
+	fl.SetInterspersed(false)
+	fl.StringVarP(&f.workspace, "workspace", "w", "", "host `DIR` mounted read-write at /workspace (default: a fresh in-memory dir, gone afterwards)")
+	fl.StringArrayVar(&f.ro, "ro", nil, "extra read-only bind `HOST[:PATH]` (repeatable)")
+	fl.StringArrayVar(&f.rw, "rw", nil, "extra writable bind `HOST[:PATH]` (repeatable)")
+	fl.BoolVarP(&f.interactive, "interactive", "i", false, "keep stdin attached (default: stdin is /dev/null)")
+	fl.BoolVarP(&f.tty, "tty", "t", false, "give the command a new terminal inside the sandbox, bridged to yours")
+	fl.StringArrayVarP(&f.env, "env", "e", nil, "set `K=V` in the command's environment (repeatable)")
+	fl.StringVar(&f.cwd, "cwd", "/workspace", "working `PATH` inside the sandbox")
+	fl.DurationVar(&f.timeout, "timeout", 0, "kill the whole process tree after `DURATION` (exit 124); 0 means none")
+	fl.BoolVar(&f.json, "json", false, "capture output and print one JSON result object instead of streaming")
+	fl.StringVar(&f.sh, "sh", "", "run `STRING` with /bin/sh -c inside the sandbox")
+	return cmd
+}
+
+// parseBind splits HOST[:PATH].
+func parseBind(v string, writable bool) (sandbox.Bind, error) {
+	src, dst, _ := strings.Cut(v, ":")
+	if src == "" {
+		return sandbox.Bind{}, fmt.Errorf("%w: bind %q has no host path", sandbox.ErrInvalidSpec, v)
+	}
+	return sandbox.Bind{Source: src, Target: dst, Writable: writable}, nil
+}
+
+func runRun(ctx context.Context, f *runFlags, args []string) error {
+	if f.sh != "" && len(args) > 0 {
+		return fmt.Errorf("%w: give either --sh or a command after --, not both", sandbox.ErrInvalidSpec)
+	}
+	if f.sh != "" {
+		args = []string{"/bin/sh", "-c", f.sh}
+	}
+	if len(args) == 0 {
+		return fmt.Errorf("%w: no command (moat run -- COMMAND, or --sh 'STRING')", sandbox.ErrInvalidSpec)
+	}
+	if f.timeout < 0 {
+		return fmt.Errorf("%w: --timeout must not be negative", sandbox.ErrInvalidSpec)
+	}
+	spec := &sandbox.Spec{Workspace: f.workspace}
+	for _, v := range f.ro {
+		b, err := parseBind(v, false)
+		if err != nil {
+			return err
+		}
+		spec.Binds = append(spec.Binds, b)
+	}
+	for _, v := range f.rw {
+		b, err := parseBind(v, true)
+		if err != nil {
+			return err
+		}
+		spec.Binds = append(spec.Binds, b)
+	}
+	proc := &sandbox.Process{Args: args, Env: f.env, Cwd: f.cwd, TTY: f.tty}
+	if !f.json {
+		proc.Stdout, proc.Stderr = os.Stdout, os.Stderr
+	}
+	if f.interactive {
+		proc.Stdin = os.Stdin
+	}
+	if f.tty {
+		restore, err := setupTTY(proc)
+		if err != nil {
+			return err
+		}
+		defer restore()
+	}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	defer signal.Stop(sigs)
+	proc.Signals = sigs
+
+	rt, err := linux.New()
+	if err != nil {
+		return err
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if f.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, f.timeout)
+		defer cancel()
+	}
+	res, err := rt.Run(ctx, spec, proc)
+	if f.json {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		if eerr := enc.Encode(res); eerr != nil {
+			return eerr
+		}
+		return &exitError{code: res.ExitCode}
+	}
+	if err != nil {
+		return err
+	}
+	if res.Error != "" && res.ExitReason != sandbox.ReasonTimeout {
+		fmt.Fprintln(os.Stderr, "moat:", res.Error)
+	}
+	if res.ExitReason == sandbox.ReasonTimeout {
+		fmt.Fprintf(os.Stderr, "moat: timed out after %s; the process tree was killed\n", f.timeout)
+	}
+	return &exitError{code: res.ExitCode}
+}
+
+// setupTTY puts the caller's terminal (if stdin is one) in raw mode and
+// forwards its size; the command gets a new pty inside the sandbox, never
+// this terminal.
+func setupTTY(proc *sandbox.Process) (func(), error) {
+	// TERM is the only host variable a terminal session takes along.
+	if t := os.Getenv("TERM"); t != "" {
+		proc.Env = append([]string{"TERM=" + t}, proc.Env...)
+	}
+	fd := int(os.Stdin.Fd())
+	if !term.IsTerminal(fd) {
+		return func() {}, nil
+	}
+	if w, h, err := term.GetSize(fd); err == nil {
+		proc.InitialSize = &sandbox.WinSize{Rows: uint16(h), Cols: uint16(w)}
+	}
+	state, err := term.MakeRaw(fd)
+	if err != nil {
+		return nil, fmt.Errorf("terminal raw mode: %w", err)
+	}
+	resize := make(chan sandbox.WinSize, 1)
+	winch := make(chan os.Signal, 1)
+	signal.Notify(winch, syscall.SIGWINCH)
+	go func() {
+		for range winch {
+			if w, h, err := term.GetSize(fd); err == nil {
+				select {
+				case resize <- sandbox.WinSize{Rows: uint16(h), Cols: uint16(w)}:
+				default:
+				}
+			}
+		}
+	}()
+	proc.Resize = resize
+	return func() {
+		signal.Stop(winch)
+		_ = term.Restore(fd, state)
+	}, nil
+}

@@ -1,0 +1,275 @@
+package guest
+
+import (
+	"errors"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+)
+
+// Agent serves a built sandbox as its pid 1: it starts processes on the
+// host's request, reaps every process of the sandbox (orphans included)
+// and reports exits.
+type Agent struct {
+	conn  *Conn
+	setup *Setup
+
+	mu    sync.Mutex // guards procs; held across fork+register+started
+	procs map[int]uint64
+	ids   map[uint64]int
+	done  chan struct{}
+	once  sync.Once
+}
+
+// NewAgent returns an agent for a sandbox built from s.
+func NewAgent(conn *Conn, s *Setup) *Agent {
+	return &Agent{conn: conn, setup: s, procs: map[int]uint64{}, ids: map[uint64]int{}, done: make(chan struct{})}
+}
+
+// Serve handles host messages until the host closes the connection, or,
+// for a one-shot sandbox, until its process has exited. When Serve
+// returns, the caller exits and the kernel kills every remaining process
+// of the sandbox's pid namespace.
+//
+// Processes are forked from the goroutine that calls Serve: a caller that
+// has locked it to its OS thread decides which thread's credentials and
+// capability sets they inherit.
+func (a *Agent) Serve() error {
+	sigch := make(chan os.Signal, 16)
+	signal.Notify(sigch, unix.SIGCHLD)
+	go func() {
+		for range sigch {
+			a.reap()
+		}
+	}()
+	go func() {
+		<-a.done
+		a.conn.Close() // ends readLoop's Recv
+	}()
+	err := a.readLoop()
+	select {
+	case <-a.done:
+		return nil
+	default:
+		return err
+	}
+}
+
+func (a *Agent) readLoop() error {
+	for {
+		m, fds, err := a.conn.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		switch m.Type {
+		case MsgExec:
+			a.start(m.ID, m.Exec, fds)
+		case MsgSignal:
+			closeAll(fds)
+			a.signal(m.ID, m.Signal)
+		default:
+			closeAll(fds)
+		}
+	}
+}
+
+// start runs one process. Failures are reported to the host as MsgError
+// with the exit code they map to.
+func (a *Agent) start(id uint64, e *Exec, fds []int) {
+	defer closeAll(fds)
+	fail := func(stage string, code int, err error) {
+		_ = a.conn.Send(&Message{Type: MsgError, ID: id, Error: &ErrInfo{Stage: stage, Message: err.Error(), Code: code}})
+	}
+	if e == nil || len(e.Args) == 0 {
+		fail("exec", 125, errors.New("no command"))
+		return
+	}
+	if !e.TTY && len(fds) != 3 {
+		fail("exec", 125, errors.New("stdio descriptors missing"))
+		return
+	}
+	if fi, err := os.Stat(e.Cwd); err != nil || !fi.IsDir() {
+		fail("cwd", 125, errors.New("working directory "+e.Cwd+" does not exist in the sandbox"))
+		return
+	}
+	path, code, err := lookPath(e.Args[0], e.Cwd, envPath(e.Env))
+	if err != nil {
+		fail("exec", code, err)
+		return
+	}
+	files := []uintptr{uintptr(0), 0, 0}
+	var master *os.File
+	if e.TTY {
+		m, s, err := pty.Open()
+		if err != nil {
+			fail("pty", 125, err)
+			return
+		}
+		master = m
+		defer s.Close()
+		if e.Rows > 0 && e.Cols > 0 {
+			_ = pty.Setsize(m, &pty.Winsize{Rows: e.Rows, Cols: e.Cols})
+		}
+		files = []uintptr{s.Fd(), s.Fd(), s.Fd()}
+	} else {
+		for i := range files {
+			files[i] = uintptr(fds[i])
+		}
+	}
+	attr := &syscall.ProcAttr{
+		Dir:   e.Cwd,
+		Env:   e.Env,
+		Files: files,
+		Sys: &syscall.SysProcAttr{
+			Setsid:     true,
+			Setctty:    e.TTY,
+			Ctty:       0,
+			Credential: &syscall.Credential{Uid: uint32(a.setup.UID), Gid: uint32(a.setup.GID), Groups: []uint32{}},
+			Pdeathsig:  syscall.SIGKILL,
+		},
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	pid, err := syscall.ForkExec(path, e.Args, attr)
+	if err != nil {
+		if master != nil {
+			master.Close()
+		}
+		fail("exec", execCode(err), &os.PathError{Op: "exec", Path: e.Args[0], Err: err})
+		return
+	}
+	a.procs[pid] = id
+	a.ids[id] = pid
+	started := &Message{Type: MsgStarted, ID: id}
+	if master != nil {
+		_ = a.conn.Send(started, int(master.Fd()))
+		master.Close()
+		return
+	}
+	_ = a.conn.Send(started)
+}
+
+// signal delivers sig to the process group of process id (its session).
+func (a *Agent) signal(id uint64, sig int) {
+	a.mu.Lock()
+	pid, ok := a.ids[id]
+	a.mu.Unlock()
+	if !ok || sig <= 0 || sig > 64 {
+		return
+	}
+	_ = unix.Kill(-pid, unix.Signal(sig))
+	_ = unix.Kill(pid, unix.Signal(sig))
+}
+
+// reap collects every exited child; exits of processes the host started
+// are reported, orphans re-parented to pid 1 are just collected.
+func (a *Agent) reap() {
+	for {
+		var ws unix.WaitStatus
+		var ru unix.Rusage
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, &ru)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || pid <= 0 {
+			return
+		}
+		a.mu.Lock()
+		id, ok := a.procs[pid]
+		if ok {
+			delete(a.procs, pid)
+			delete(a.ids, id)
+		}
+		a.mu.Unlock()
+		if !ok {
+			continue
+		}
+		ex := &Exit{
+			UserUsec: ru.Utime.Sec*1e6 + ru.Utime.Usec,
+			SysUsec:  ru.Stime.Sec*1e6 + ru.Stime.Usec,
+			MaxRSS:   ru.Maxrss * 1024,
+		}
+		if ws.Signaled() {
+			ex.Signal = int(ws.Signal())
+		} else {
+			ex.Code = ws.ExitStatus()
+		}
+		_ = a.conn.Send(&Message{Type: MsgExit, ID: id, Exit: ex})
+		if a.setup.OneShot {
+			a.once.Do(func() { close(a.done) })
+		}
+	}
+}
+
+// execCode maps an execve failure to 127 (not found) or 126 (not
+// executable).
+func execCode(err error) int {
+	if errors.Is(err, syscall.ENOENT) {
+		return 127
+	}
+	return 126
+}
+
+func envPath(env []string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], "PATH="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// lookPath resolves a command name against PATH inside the sandbox, the
+// way a shell does: a name with a slash is taken as it is (relative to
+// cwd), otherwise the first executable regular file in PATH wins.
+func lookPath(name, cwd, path string) (string, int, error) {
+	if strings.Contains(name, "/") {
+		p := name
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(cwd, p)
+		}
+		fi, err := os.Stat(p)
+		if err != nil {
+			return "", execCode(err), err
+		}
+		if fi.IsDir() {
+			return "", 126, &os.PathError{Op: "exec", Path: name, Err: syscall.EISDIR}
+		}
+		return p, 0, nil
+	}
+	var denied error
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			dir = "."
+		}
+		if !filepath.IsAbs(dir) {
+			dir = filepath.Join(cwd, dir)
+		}
+		p := filepath.Join(dir, name)
+		fi, err := os.Stat(p)
+		if err != nil || fi.IsDir() {
+			continue
+		}
+		if fi.Mode()&0o111 == 0 {
+			if denied == nil {
+				denied = &os.PathError{Op: "exec", Path: p, Err: syscall.EACCES}
+			}
+			continue
+		}
+		return p, 0, nil
+	}
+	if denied != nil {
+		return "", 126, denied
+	}
+	return "", 127, errors.New(name + ": command not found")
+}

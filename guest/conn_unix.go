@@ -1,0 +1,145 @@
+//go:build unix
+
+package guest
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// SocketPair returns a connected SOCK_SEQPACKET pair, both close-on-exec.
+func SocketPair() (host, agent *os.File, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("socketpair: %w", err)
+	}
+	// The host end joins Go's poller (deadlines, no blocked threads); the
+	// agent end is handed to a child, which sets its own mode.
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, nil, fmt.Errorf("socketpair: %w", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "moat-host"), os.NewFile(uintptr(fds[1]), "moat-agent"), nil
+}
+
+// FileConn wraps an inherited socket descriptor, switching it to
+// non-blocking mode so that it joins Go's poller.
+func FileConn(fd int) (*Conn, error) {
+	if err := unix.SetNonblock(fd, true); err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	unix.CloseOnExec(fd)
+	return NewConn(os.NewFile(uintptr(fd), "moat-control")), nil
+}
+
+// Send writes one message with the given descriptors. The caller keeps
+// ownership of fds.
+func (c *Conn) Send(m *Message, fds ...int) error {
+	b, err := encode(m)
+	if err != nil {
+		return err
+	}
+	if len(fds) > MaxFDs {
+		return fmt.Errorf("%s: %d descriptors, at most %d", m.Type, len(fds), MaxFDs)
+	}
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	rc, err := c.f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	werr := rc.Write(func(fd uintptr) bool {
+		serr = unix.Sendmsg(int(fd), b, oob, nil, 0)
+		return serr != unix.EAGAIN
+	})
+	if werr != nil {
+		return fmt.Errorf("send %s: %w", m.Type, werr)
+	}
+	if serr != nil {
+		return fmt.Errorf("send %s: %w", m.Type, serr)
+	}
+	return nil
+}
+
+// Recv reads one message and the descriptors that came with it, which the
+// caller then owns (they are close-on-exec). It returns io.EOF when the
+// peer has closed.
+func (c *Conn) Recv() (*Message, []int, error) {
+	if c.buf == nil {
+		c.buf = make([]byte, MaxMessage+1)
+		c.oob = make([]byte, unix.CmsgSpace(MaxFDs*4))
+	}
+	rc, err := c.f.SyscallConn()
+	if err != nil {
+		return nil, nil, err
+	}
+	var n, oobn, flags int
+	var rerr error
+	err = rc.Read(func(fd uintptr) bool {
+		n, oobn, flags, _, rerr = unix.Recvmsg(int(fd), c.buf, c.oob, unix.MSG_CMSG_CLOEXEC)
+		return rerr != unix.EAGAIN
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("recv: %w", err)
+	}
+	if rerr != nil {
+		if rerr == syscall.ECONNRESET {
+			return nil, nil, io.EOF
+		}
+		return nil, nil, fmt.Errorf("recv: %w", rerr)
+	}
+	fds, err := parseRights(c.oob[:oobn])
+	if err != nil {
+		return nil, nil, err
+	}
+	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || n > MaxMessage {
+		closeAll(fds)
+		return nil, nil, fmt.Errorf("recv: %w", ErrTooLarge)
+	}
+	if n == 0 {
+		closeAll(fds)
+		return nil, nil, io.EOF
+	}
+	m := new(Message)
+	if err := json.Unmarshal(c.buf[:n], m); err != nil {
+		closeAll(fds)
+		return nil, nil, fmt.Errorf("decode message: %w", err)
+	}
+	return m, fds, nil
+}
+
+func parseRights(oob []byte) ([]int, error) {
+	if len(oob) == 0 {
+		return nil, nil
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, fmt.Errorf("parse control message: %w", err)
+	}
+	var fds []int
+	for i := range msgs {
+		r, err := unix.ParseUnixRights(&msgs[i])
+		if err != nil {
+			closeAll(fds)
+			return nil, fmt.Errorf("parse rights: %w", err)
+		}
+		fds = append(fds, r...)
+	}
+	return fds, nil
+}
+
+// closeAll closes every descriptor in fds.
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}

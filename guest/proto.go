@@ -1,0 +1,165 @@
+// Package guest is moat's in-sandbox agent: the process that runs as pid 1
+// inside every sandbox, starts the sandbox's processes, relays their output
+// streams and exit status, and its wire protocol with the host.
+//
+// Host and agent talk over one SOCK_SEQPACKET socket pair: each packet is
+// one JSON Message, and file descriptors (stdio pipes, detached mount trees,
+// a pty master) travel beside it as SCM_RIGHTS ancillary data. The host
+// never parses anything the sandbox's processes write to this socket: only
+// the agent holds it, and the agent's descriptors are never inherited.
+package guest
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+)
+
+// MsgType names a protocol message.
+type MsgType string
+
+// Messages from host to agent.
+const (
+	// MsgSetup builds the sandbox root. FDs: one detached mount tree per
+	// Setup.Mounts entry, in order.
+	MsgSetup MsgType = "setup"
+	// MsgExec starts a process. FDs: stdin, stdout, stderr (none when TTY).
+	MsgExec MsgType = "exec"
+	// MsgSignal delivers a signal to a process's group.
+	MsgSignal MsgType = "signal"
+)
+
+// Messages from agent to host.
+const (
+	// MsgReady says the root is built and hardened.
+	MsgReady MsgType = "ready"
+	// MsgStarted says a process runs. FDs: the pty master when TTY.
+	MsgStarted MsgType = "started"
+	// MsgExit carries a process's exit status.
+	MsgExit MsgType = "exit"
+	// MsgError reports a failure: of setup (ID 0) or of one exec.
+	MsgError MsgType = "error"
+)
+
+// Message is one protocol packet.
+type Message struct {
+	Type   MsgType  `json:"type"`
+	ID     uint64   `json:"id,omitempty"`
+	Setup  *Setup   `json:"setup,omitempty"`
+	Exec   *Exec    `json:"exec,omitempty"`
+	Signal int      `json:"signal,omitempty"`
+	Exit   *Exit    `json:"exit,omitempty"`
+	Error  *ErrInfo `json:"error,omitempty"`
+	// Phases (MsgReady) are the init's setup steps as wall-clock
+	// microseconds since the Unix epoch, for start-up profiling.
+	Phases []Phase `json:"phases,omitempty"`
+}
+
+// Phase is one timed step of sandbox setup.
+type Phase struct {
+	Name string `json:"name"`
+	At   int64  `json:"at_us"`
+}
+
+// Setup tells the agent how to build the sandbox's root filesystem.
+type Setup struct {
+	Hostname string `json:"hostname"`
+	// TmpBytes sizes each tmpfs (/tmp, home, /dev/shm, in-memory workspace).
+	TmpBytes int64 `json:"tmp_bytes"`
+	// UID and GID of the sandbox user (inside the user namespace).
+	UID int `json:"uid"`
+	GID int `json:"gid"`
+	// Mounts are host trees handed over as detached mounts (FDs, in order).
+	Mounts []Mount `json:"mounts,omitempty"`
+	// MemoryWorkspace mounts a tmpfs at /workspace owned by the sandbox user.
+	MemoryWorkspace bool `json:"memory_workspace,omitempty"`
+	// LandlockABI is the Landlock ABI the host probed; the agent enforces
+	// the rights of that version.
+	LandlockABI int `json:"landlock_abi"`
+	// OneShot makes the agent exit (ending the sandbox) after the first
+	// process it started has exited.
+	OneShot bool `json:"one_shot,omitempty"`
+}
+
+// Mount is one detached mount tree placed at Target inside the sandbox.
+type Mount struct {
+	Target   string `json:"target"`
+	Writable bool   `json:"writable,omitempty"`
+	// File is true when the tree is a single file rather than a directory.
+	File bool `json:"file,omitempty"`
+}
+
+// Exec asks the agent to start a process.
+type Exec struct {
+	Args []string `json:"args"`
+	Env  []string `json:"env"`
+	Cwd  string   `json:"cwd"`
+	TTY  bool     `json:"tty,omitempty"`
+	Rows uint16   `json:"rows,omitempty"`
+	Cols uint16   `json:"cols,omitempty"`
+}
+
+// Exit is a process's end as the agent saw it.
+type Exit struct {
+	// Code is the exit status when the process exited.
+	Code int `json:"code"`
+	// Signal is set when a signal ended the process.
+	Signal int `json:"signal,omitempty"`
+	// UserUsec and SysUsec are the CPU times of the process and its
+	// waited-for descendants.
+	UserUsec int64 `json:"user_usec"`
+	SysUsec  int64 `json:"sys_usec"`
+	// MaxRSS is the largest resident set in bytes.
+	MaxRSS int64 `json:"max_rss"`
+}
+
+// ErrInfo describes a failure inside the sandbox.
+type ErrInfo struct {
+	// Stage is the step that failed (e.g. "mount /proc", "exec").
+	Stage   string `json:"stage"`
+	Message string `json:"message"`
+	// Code is the exit code this failure maps to (125, 126 or 127).
+	Code int `json:"code"`
+}
+
+func (e *ErrInfo) Error() string { return e.Stage + ": " + e.Message }
+
+// MaxMessage is the largest packet either side sends or accepts.
+const MaxMessage = 1 << 20
+
+// MaxFDs is the most descriptors one packet carries.
+const MaxFDs = 64
+
+// ErrTooLarge is returned for a message over MaxMessage.
+var ErrTooLarge = errors.New("protocol message too large")
+
+// Conn is one end of the host↔agent socket.
+type Conn struct {
+	f   *os.File
+	buf []byte
+	oob []byte
+}
+
+// NewConn wraps a connected SOCK_SEQPACKET socket.
+func NewConn(f *os.File) *Conn {
+	return &Conn{f: f}
+}
+
+// Close closes the socket.
+func (c *Conn) Close() error { return c.f.Close() }
+
+// SetDeadline bounds the next reads and writes.
+func (c *Conn) SetDeadline(t time.Time) error { return c.f.SetDeadline(t) }
+
+func encode(m *Message) ([]byte, error) {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", m.Type, err)
+	}
+	if len(b) > MaxMessage {
+		return nil, fmt.Errorf("%s: %w (%d bytes)", m.Type, ErrTooLarge, len(b))
+	}
+	return b, nil
+}

@@ -1,0 +1,171 @@
+package linux
+
+import (
+	"fmt"
+
+	"github.com/landlock-lsm/go-landlock/landlock"
+	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/guest"
+	"github.com/moat-sandbox/moat/seccomp"
+)
+
+// lastCap is the highest capability number any kernel defines today; the
+// loop below stops at the first number the running kernel rejects.
+const lastCap = 63
+
+// harden applies the process-level protections to the init after the root
+// is built: hostname, loopback, capabilities, no_new_privs, rlimits,
+// Landlock and seccomp. Everything the init starts afterwards inherits them.
+//
+// Preconditions: called once, after pivot, by the init (root in its user
+// namespace); landlockABI >= 1.
+func harden(s *guest.Setup, mounts []guest.Mount, landlockABI int) error {
+	if err := unix.Sethostname([]byte(s.Hostname)); err != nil {
+		return stageErr("sethostname", err)
+	}
+	if err := unix.Setdomainname([]byte("(none)")); err != nil {
+		return stageErr("setdomainname", err)
+	}
+	if err := loopbackUp(); err != nil {
+		return stageErr("bring up loopback", err)
+	}
+	// /proc/1 of a sandbox (this process) must not be readable or
+	// ptrace-able by its processes: CVE-2019-5736 used /proc/<pid>/exe of
+	// the runtime to overwrite the runtime binary.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return stageErr("set non-dumpable", err)
+	}
+	if err := unix.Setrlimit(unix.RLIMIT_CORE, &unix.Rlimit{}); err != nil {
+		return stageErr("rlimit core", err)
+	}
+	if err := dropBoundingCaps(); err != nil {
+		return err
+	}
+	if err := threadPrctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL); err != nil {
+		return stageErr("clear ambient capabilities", err)
+	}
+	if err := clearInheritable(); err != nil {
+		return err
+	}
+	// no_new_privs is per thread too; seccomp's TSYNC below sets it on
+	// every other thread of the init.
+	if err := threadPrctl(unix.PR_SET_NO_NEW_PRIVS, 1); err != nil {
+		return stageErr("no_new_privs", err)
+	}
+	if err := applyLandlock(mounts, s.MemoryWorkspace, landlockABI); err != nil {
+		return stageErr("landlock", err)
+	}
+	prog, err := seccomp.Default().Assemble()
+	if err != nil {
+		return stageErr("seccomp assemble", err)
+	}
+	return stageErr("seccomp", seccomp.Install(prog))
+}
+
+// threadPrctl applies a per-thread prctl to the calling thread. Capability
+// sets belong to threads: the init runs its setup and every fork of a
+// sandbox process on its main thread, locked (see Init), so this thread's
+// sets are the ones every sandbox process inherits.
+func threadPrctl(option, arg uintptr) error {
+	return unix.Prctl(int(option), arg, 0, 0, 0)
+}
+
+// dropBoundingCaps empties the capability bounding set, so no execve inside
+// the sandbox can ever regain a capability, whatever the uid or file
+// capabilities.
+func dropBoundingCaps() error {
+	for c := 0; c <= lastCap; c++ {
+		if err := threadPrctl(unix.PR_CAPBSET_DROP, uintptr(c)); err != nil {
+			if err == unix.EINVAL { // past the kernel's last capability
+				return nil
+			}
+			return stageErr(fmt.Sprintf("drop capability %d from bounding set", c), err)
+		}
+	}
+	return nil
+}
+
+func clearInheritable() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return stageErr("capget", err)
+	}
+	data[0].Inheritable, data[1].Inheritable = 0, 0
+	return stageErr("capset", unix.Capset(&hdr, &data[0]))
+}
+
+// loopbackUp sets IFF_UP on lo, the only interface of the sandbox's network
+// namespace; the kernel then gives it 127.0.0.1/8 and ::1.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return err
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
+
+// applyLandlock mirrors the filesystem policy as a Landlock domain: the
+// whole tree readable and executable, writes only where the sandbox has
+// writable mounts, abstract Unix sockets and signals scoped to the sandbox.
+func applyLandlock(mounts []guest.Mount, memoryWorkspace bool, abi int) error {
+	cfg, err := landlockConfig(abi)
+	if err != nil {
+		return err
+	}
+	rw := []string{"/tmp", homeDir, "/dev/shm", "/dev/pts"}
+	if memoryWorkspace {
+		rw = append(rw, workspaceDir)
+	}
+	var rwFiles []string
+	for _, m := range mounts {
+		if !m.Writable {
+			continue
+		}
+		if m.File {
+			rwFiles = append(rwFiles, m.Target)
+		} else {
+			rw = append(rw, m.Target)
+		}
+	}
+	devFiles := []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"}
+	rules := []landlock.Rule{
+		landlock.RODirs("/"),
+		landlock.RWDirs(rw...),
+		landlock.RWFiles(devFiles...).WithIoctlDev(),
+		// /proc/self/... files some tools write (oom_score_adj, comm).
+		landlock.PathAccess(llsys.AccessFSWriteFile, "/proc"),
+	}
+	if len(rwFiles) > 0 {
+		rules = append(rules, landlock.RWFiles(rwFiles...))
+	}
+	return cfg.Restrict(rules...)
+}
+
+// landlockConfig returns the strictest Landlock configuration the running
+// kernel supports, up to ABI 7, without network rules (network isolation
+// is the network namespace's job).
+func landlockConfig(abi int) (landlock.Config, error) {
+	configs := []landlock.Config{landlock.V1, landlock.V1, landlock.V2, landlock.V3,
+		landlock.V4, landlock.V5, landlock.V6, landlock.V7}
+	if abi < 1 {
+		return landlock.Config{}, fmt.Errorf("landlock ABI %d: %w", abi, errNoLandlock)
+	}
+	if abi >= len(configs) {
+		abi = len(configs) - 1
+	}
+	cfg := configs[abi]
+	cfg.HandledAccessNet = 0
+	return cfg, nil
+}

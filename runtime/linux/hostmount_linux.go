@@ -1,0 +1,228 @@
+package linux
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/guest"
+	"github.com/moat-sandbox/moat/sandbox"
+)
+
+// UsernsHoldArg is argv[1] of a moat binary re-executed only to hold a
+// user namespace open while the host takes a descriptor of it (IsUsernsHold).
+const UsernsHoldArg = "__moat_userns_hold"
+
+// IsUsernsHold reports whether this process is a user-namespace holder.
+func IsUsernsHold() bool { return len(os.Args) > 1 && os.Args[1] == UsernsHoldArg }
+
+// UsernsHold blocks until its stdin closes, then exits. It never returns.
+func UsernsHold() {
+	var b [1]byte
+	_, _ = os.Stdin.Read(b[:])
+	os.Exit(0)
+}
+
+// hostTree is one host path turned into a detached mount tree.
+type hostTree struct {
+	mount guest.Mount
+	fd    int
+}
+
+// reservedTargets may not be bind targets: they hold the sandbox's own
+// masks and devices.
+var reservedTargets = []string{"/proc", "/dev", "/etc", "/"}
+
+// validateTarget checks a bind target inside the sandbox.
+func validateTarget(t string) error {
+	if !filepath.IsAbs(t) {
+		return fmt.Errorf("%w: bind target %q is not absolute", sandbox.ErrInvalidSpec, t)
+	}
+	if filepath.Clean(t) != t || strings.Contains(t, "/../") {
+		return fmt.Errorf("%w: bind target %q is not a clean path", sandbox.ErrInvalidSpec, t)
+	}
+	for _, r := range reservedTargets {
+		if t == r || (r != "/" && strings.HasPrefix(t, r+"/")) {
+			return fmt.Errorf("%w: bind target %q is reserved", sandbox.ErrInvalidSpec, t)
+		}
+	}
+	return nil
+}
+
+// openHostPath opens a host path given by the operator as O_PATH, refusing
+// a symlink as the last component and magic links anywhere, and returns the
+// fd and its stat. Everything after this works on the fd, so the path
+// cannot be swapped between check and mount.
+func openHostPath(what, p string) (int, *unix.Stat_t, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return -1, nil, fmt.Errorf("%w: %s %q: %v", sandbox.ErrInvalidSpec, what, p, err)
+	}
+	fd, err := unix.Openat2(unix.AT_FDCWD, abs, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return -1, nil, fmt.Errorf("%w: %s %s: %v", sandbox.ErrInvalidSpec, what, abs, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, nil, fmt.Errorf("%s %s: %w", what, abs, err)
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR, unix.S_IFREG:
+	case unix.S_IFLNK:
+		unix.Close(fd)
+		return -1, nil, fmt.Errorf("%w: %s %s is a symlink", sandbox.ErrInvalidSpec, what, abs)
+	default:
+		unix.Close(fd)
+		return -1, nil, fmt.Errorf("%w: %s %s is not a directory or regular file", sandbox.ErrInvalidSpec, what, abs)
+	}
+	return fd, &st, nil
+}
+
+// idmapCache holds the user namespaces that translate host owners into the
+// sandbox user, one per distinct host owner, for one sandbox's setup.
+type idmapCache struct {
+	initPath string
+	// sandboxUID and sandboxGID are host ids of the sandbox user.
+	sandboxUID, sandboxGID uint32
+	fds                    map[[2]uint32]int
+}
+
+func (c *idmapCache) close() {
+	for _, fd := range c.fds {
+		unix.Close(fd)
+	}
+}
+
+// userns returns a user namespace fd that maps host uid/gid (as "inside"
+// ids) to the sandbox user's host ids: applied to a mount as its idmap, a
+// file owned by uid on disk appears owned by the sandbox user, and what the
+// sandbox user creates is stored as owned by uid.
+func (c *idmapCache) userns(uid, gid uint32) (int, error) {
+	key := [2]uint32{uid, gid}
+	if fd, ok := c.fds[key]; ok {
+		return fd, nil
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return -1, err
+	}
+	defer r.Close()
+	defer w.Close()
+	p, err := os.StartProcess(c.initPath, []string{"moat", UsernsHoldArg}, &os.ProcAttr{
+		Files: []*os.File{r},
+		Env:   []string{},
+		Sys: &syscall.SysProcAttr{
+			Cloneflags:  unix.CLONE_NEWUSER,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: int(uid), HostID: int(c.sandboxUID), Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: int(gid), HostID: int(c.sandboxGID), Size: 1}},
+			Pdeathsig:   syscall.SIGKILL,
+		},
+	})
+	if err != nil {
+		return -1, fmt.Errorf("idmap user namespace: %w", err)
+	}
+	fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", p.Pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	w.Close()
+	_ = p.Kill()
+	_, _ = p.Wait()
+	if err != nil {
+		return -1, fmt.Errorf("idmap user namespace: %w", err)
+	}
+	if c.fds == nil {
+		c.fds = map[[2]uint32]int{}
+	}
+	c.fds[key] = fd
+	return fd, nil
+}
+
+// prepareTree opens a host path and returns it as a detached, recursive,
+// idmapped mount tree with nosuid and nodev (and read-only unless
+// writable). The caller owns the returned fd.
+func prepareTree(what, src, target string, writable, wantDir bool, ids *idmapCache) (hostTree, error) {
+	fd, st, err := openHostPath(what, src)
+	if err != nil {
+		return hostTree{}, err
+	}
+	defer unix.Close(fd)
+	isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
+	if wantDir && !isDir {
+		return hostTree{}, fmt.Errorf("%w: %s %s is not a directory", sandbox.ErrInvalidSpec, what, src)
+	}
+	tree, err := unix.OpenTree(fd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|unix.AT_RECURSIVE)
+	if err != nil {
+		return hostTree{}, fmt.Errorf("%s %s: clone mount: %w", what, src, err)
+	}
+	uns, err := ids.userns(st.Uid, st.Gid)
+	if err != nil {
+		unix.Close(tree)
+		return hostTree{}, err
+	}
+	attr := &unix.MountAttr{
+		Attr_set:  unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV,
+		Userns_fd: uint64(uns),
+	}
+	if !writable {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, attr); err != nil {
+		unix.Close(tree)
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EPERM) {
+			return hostTree{}, fmt.Errorf("%w: %s %s: its filesystem does not support idmapped mounts (%v)", sandbox.ErrUnsupported, what, src, err)
+		}
+		return hostTree{}, fmt.Errorf("%s %s: idmap: %w", what, src, err)
+	}
+	return hostTree{mount: guest.Mount{Target: target, Writable: writable, File: !isDir}, fd: tree}, nil
+}
+
+// prepareTrees turns the spec's workspace and binds into mount trees. On
+// error every fd already opened is closed.
+func prepareTrees(spec *sandbox.Spec, ids *idmapCache) ([]hostTree, error) {
+	var trees []hostTree
+	fail := func(err error) ([]hostTree, error) {
+		for _, t := range trees {
+			unix.Close(t.fd)
+		}
+		return nil, err
+	}
+	seen := map[string]bool{}
+	if spec.Workspace != "" {
+		t, err := prepareTree("workspace", spec.Workspace, workspaceDir, true, true, ids)
+		if err != nil {
+			return fail(err)
+		}
+		trees = append(trees, t)
+		seen[workspaceDir] = true
+	}
+	for _, b := range spec.Binds {
+		target := b.Target
+		if target == "" {
+			target = b.Source
+		}
+		kind := "--ro"
+		if b.Writable {
+			kind = "--rw"
+		}
+		if err := validateTarget(target); err != nil {
+			return fail(err)
+		}
+		if seen[target] {
+			return fail(fmt.Errorf("%w: two mounts at %s", sandbox.ErrInvalidSpec, target))
+		}
+		seen[target] = true
+		t, err := prepareTree(kind, b.Source, target, b.Writable, false, ids)
+		if err != nil {
+			return fail(err)
+		}
+		trees = append(trees, t)
+	}
+	return trees, nil
+}

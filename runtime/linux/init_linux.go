@@ -1,0 +1,116 @@
+package linux
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/guest"
+)
+
+// InitArg is argv[1] of a moat binary re-executed as a sandbox's pid 1.
+// Programs embedding this runtime must call Init first thing in main when
+// they see it (IsInit).
+const InitArg = "__moat_init"
+
+// controlFD is the descriptor number of the control socket in the init.
+const controlFD = 3
+
+// IsInit reports whether this process was started as a sandbox's init.
+func IsInit() bool { return len(os.Args) > 1 && os.Args[1] == InitArg }
+
+// Init runs a sandbox's pid 1: it receives the setup message, builds and
+// pivots into the root, hardens itself, reports ready and then serves
+// process requests. It never returns.
+//
+// Preconditions: started by Runtime with the control socket on fd 3, in
+// fresh user, mount, pid, net, ipc, uts and cgroup namespaces.
+func Init() {
+	// Capability sets are per thread: setup, hardening and every fork of
+	// a sandbox process happen on this one thread, which is never handed
+	// back to the Go scheduler.
+	runtime.LockOSThread()
+	conn, err := guest.FileConn(controlFD)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "moat init:", err)
+		os.Exit(1)
+	}
+	s, err := initSandbox(conn)
+	if err != nil {
+		info := &guest.ErrInfo{Stage: "setup", Message: err.Error(), Code: 125}
+		var se *stageError
+		if errors.As(err, &se) {
+			info.Stage, info.Message = se.stage, se.err.Error()
+		}
+		_ = conn.Send(&guest.Message{Type: guest.MsgError, Error: info})
+		os.Exit(1)
+	}
+	if err := guest.NewAgent(conn, s).Serve(); err != nil {
+		fmt.Fprintln(os.Stderr, "moat init:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// initSandbox receives the setup message, builds the root and hardens the
+// init; it returns the setup the agent then serves.
+func initSandbox(conn *guest.Conn) (*guest.Setup, error) {
+	var phases []guest.Phase
+	mark := func(name string) { phases = append(phases, guest.Phase{Name: name, At: time.Now().UnixMicro()}) }
+	mark("init started")
+	m, fds, err := conn.Recv()
+	if err != nil {
+		return nil, stageErr("receive setup", err)
+	}
+	if m.Type != guest.MsgSetup || m.Setup == nil {
+		closeFDs(fds)
+		return nil, stageErr("receive setup", fmt.Errorf("unexpected message %q", m.Type))
+	}
+	s := m.Setup
+	// Descriptors other than stdio and the control socket must not reach
+	// anything the sandbox runs (CVE-2024-21626 leaked a host directory fd
+	// as a usable cwd); everything above stdio becomes close-on-exec.
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		closeFDs(fds)
+		return nil, stageErr("close-on-exec", err)
+	}
+	mark("setup received")
+	err = buildRoot(s, fds)
+	closeFDs(fds)
+	mark("root built")
+	if err != nil {
+		return nil, err
+	}
+	if err := checkCwdInRoot(); err != nil {
+		return nil, err
+	}
+	if err := harden(s, s.Mounts, s.LandlockABI); err != nil {
+		return nil, err
+	}
+	mark("hardened")
+	return s, conn.Send(&guest.Message{Type: guest.MsgReady, Phases: phases})
+}
+
+// checkCwdInRoot verifies that the init's working directory is inside the
+// new root: getcwd fails (or returns "(unreachable)") for a cwd outside it.
+func checkCwdInRoot() error {
+	buf := make([]byte, 4096)
+	n, err := unix.Getcwd(buf)
+	if err != nil {
+		return stageErr("check cwd", err)
+	}
+	if cwd := string(buf[:n-1]); cwd != "/" {
+		return stageErr("check cwd", fmt.Errorf("cwd %q is not the sandbox root", cwd))
+	}
+	return nil
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}

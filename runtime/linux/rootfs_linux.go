@@ -1,0 +1,432 @@
+package linux
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/guest"
+)
+
+// The root is assembled on a tmpfs mounted over /tmp of the sandbox's private
+// mount namespace copy (invisible to the host), then pivoted into.
+const stagingRoot = "/tmp"
+
+// systemDirs are the host directories bound read-only into every sandbox. A
+// host symlink (merged /usr) is recreated as the same symlink.
+var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
+
+// etcHidden are host /etc entries that never appear inside a sandbox, even
+// though the uid mapping already makes non-world-readable ones unreadable.
+var etcHidden = []string{
+	"shadow", "shadow-", "gshadow", "gshadow-", "passwd-", "group-",
+	"sudoers", "sudoers.d", "ssh", "ssl/private", "subuid", "subuid-",
+	"subgid", "subgid-", "machine-id", "security/opasswd", ".pwd.lock",
+	"krb5.keytab", "ppp", "wireguard", "NetworkManager/system-connections",
+	"docker", "containerd", "moat", "mtab", "fstab", "crypttab",
+}
+
+// procMaskedFiles read as empty inside the sandbox; procMaskedDirs appear
+// empty; procReadOnly are read-only. The lists follow runc's defaults.
+var (
+	procMaskedFiles = []string{"kcore", "keys", "latency_stats", "timer_list",
+		"timer_stats", "sched_debug", "kallsyms", "kmsg", "kpagecount", "kpageflags",
+		"kpagecgroup", "sysrq-trigger", "config.gz", "vmallocinfo"}
+	procMaskedDirs = []string{"acpi", "scsi", "asound", "driver", "tty/driver"}
+	procReadOnly   = []string{"sys", "bus", "fs", "irq"}
+)
+
+// devNodes are the host device nodes bound into /dev.
+var devNodes = []string{"null", "zero", "full", "random", "urandom", "tty"}
+
+// buildRoot assembles the sandbox's root filesystem and pivots into it.
+//
+// Preconditions: the caller is the sandbox's init, root in a fresh user
+// namespace that owns a fresh mount namespace; trees are detached mount fds
+// (one per s.Mounts entry) prepared by the host.
+func buildRoot(s *guest.Setup, trees []int) error {
+	if len(trees) != len(s.Mounts) {
+		return fmt.Errorf("setup: %d mount trees for %d mounts", len(trees), len(s.Mounts))
+	}
+	// Nothing we mount may propagate back to the host.
+	if err := unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
+		return stageErr("make / a slave mount", err)
+	}
+	root := stagingRoot
+	if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m,nr_inodes=4096"); err != nil {
+		return stageErr("mount root tmpfs", err)
+	}
+	for _, d := range systemDirs {
+		if err := bindHostPath(d, root+d); err != nil {
+			return err
+		}
+	}
+	if err := buildEtc(root, s); err != nil {
+		return err
+	}
+	if err := buildDev(root, s); err != nil {
+		return err
+	}
+	if err := buildProc(root); err != nil {
+		return err
+	}
+	tmpOpts := "size=" + strconv.FormatInt(s.TmpBytes, 10)
+	if err := mountTmpfs(root+"/tmp", "mode=1777,"+tmpOpts); err != nil {
+		return err
+	}
+	ids := fmt.Sprintf("uid=%d,gid=%d,", s.UID, s.GID)
+	if err := mountTmpfs(root+homeDir, ids+"mode=0700,"+tmpOpts); err != nil {
+		return err
+	}
+	if s.MemoryWorkspace {
+		if err := mountTmpfs(root+workspaceDir, ids+"mode=0755,"+tmpOpts); err != nil {
+			return err
+		}
+	}
+	if err := attachTrees(root, s.Mounts, trees); err != nil {
+		return err
+	}
+	// The root itself (directories, mount points, symlinks) is read-only.
+	if err := unix.MountSetattr(unix.AT_FDCWD, root, 0, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
+		return stageErr("make root read-only", err)
+	}
+	return pivot(root)
+}
+
+// pivot makes root the sandbox's "/" and detaches the host's tree entirely.
+func pivot(root string) error {
+	if err := unix.Chdir(root); err != nil {
+		return stageErr("chdir to new root", err)
+	}
+	// pivot_root(".", ".") stacks the old root on top of the new one; the
+	// unmount then drops it without needing a directory for it.
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return stageErr("pivot_root", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return stageErr("detach host root", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return stageErr("chdir /", err)
+	}
+	return nil
+}
+
+// bindHostPath mirrors one host system path read-only into the root: a
+// symlink as the same symlink, a directory as a recursive read-only bind.
+// A missing host path is skipped.
+func bindHostPath(src, dst string) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(src, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		return stageErr("stat "+src, err)
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFLNK:
+		target, err := os.Readlink(src)
+		if err != nil {
+			return stageErr("readlink "+src, err)
+		}
+		return stageErr("symlink "+src, unix.Symlink(target, dst))
+	case unix.S_IFDIR:
+		if err := unix.Mkdir(dst, 0o755); err != nil {
+			return stageErr("mkdir "+dst, err)
+		}
+		return bindReadOnly(src, dst)
+	default:
+		return fmt.Errorf("%s: not a directory or symlink", src)
+	}
+}
+
+// bindReadOnly binds src (recursively) at dst, read-only, nosuid, nodev.
+func bindReadOnly(src, dst string) error {
+	if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return stageErr("bind "+src, err)
+	}
+	return setAttr(dst, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+}
+
+func setAttr(path string, attr uint64) error {
+	err := unix.MountSetattr(unix.AT_FDCWD, path, unix.AT_RECURSIVE|unix.AT_SYMLINK_NOFOLLOW,
+		&unix.MountAttr{Attr_set: attr})
+	return stageErr("set mount attributes of "+path, err)
+}
+
+func mountTmpfs(dst, opts string) error {
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return stageErr("mkdir "+dst, err)
+	}
+	return stageErr("mount tmpfs "+dst, unix.Mount("tmpfs", dst, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts))
+}
+
+// buildEtc mounts a read-only overlay of the host's /etc under a layer that
+// replaces the identity files (passwd, group, hostname, hosts, resolv.conf)
+// and whites out every entry of etcHidden.
+func buildEtc(root string, s *guest.Setup) error {
+	layer := root + "/.etc"
+	if err := mountTmpfs(layer, "mode=0755,size=256k"); err != nil {
+		return err
+	}
+	files := map[string]string{
+		"passwd": fmt.Sprintf("root:x:0:0:root:/root:/bin/sh\nsandbox:x:%d:%d:sandbox:%s:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+			s.UID, s.GID, homeDir),
+		"group":       fmt.Sprintf("root:x:0:\ntty:x:5:\nsandbox:x:%d:\nnogroup:x:65534:\n", s.GID),
+		"hostname":    s.Hostname + "\n",
+		"hosts":       "127.0.0.1\tlocalhost " + s.Hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+		"resolv.conf": "# moat: no DNS resolver is reachable from this sandbox\n",
+	}
+	for name, content := range files {
+		if err := os.WriteFile(layer+"/"+name, []byte(content), 0o644); err != nil {
+			return stageErr("write /etc/"+name, err)
+		}
+	}
+	for _, name := range etcHidden {
+		if _, err := os.Lstat("/etc/" + name); err != nil {
+			continue
+		}
+		p := layer + "/" + name
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return stageErr("mkdir "+filepath.Dir(p), err)
+		}
+		// A 0/0 character device is an overlayfs whiteout; the kernel
+		// lets an unprivileged user namespace create it.
+		if err := unix.Mknod(p, unix.S_IFCHR, 0); err != nil {
+			return stageErr("hide /etc/"+name, err)
+		}
+	}
+	dst := root + "/etc"
+	if err := unix.Mkdir(dst, 0o755); err != nil {
+		return stageErr("mkdir /etc", err)
+	}
+	err := unix.Mount("overlay", dst, "overlay", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV,
+		"lowerdir="+layer+":/etc")
+	if err != nil {
+		return stageErr("mount /etc overlay", err)
+	}
+	// The layer stays referenced by the overlay; its own mount goes.
+	return stageErr("detach /etc layer", unix.Unmount(layer, unix.MNT_DETACH))
+}
+
+// buildDev populates a minimal /dev: a few host device nodes, a private
+// devpts instance, /dev/shm and the usual symlinks.
+func buildDev(root string, s *guest.Setup) error {
+	dev := root + "/dev"
+	if err := mountTmpfs(dev, "mode=0755,size=64k,nr_inodes=64"); err != nil {
+		return err
+	}
+	// Device nodes cannot be created in a user namespace; bind the host's.
+	for _, n := range devNodes {
+		if err := touch(dev + "/" + n); err != nil {
+			return err
+		}
+		if err := unix.Mount("/dev/"+n, dev+"/"+n, "", unix.MS_BIND, ""); err != nil {
+			return stageErr("bind /dev/"+n, err)
+		}
+		if err := setAttr(dev+"/"+n, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC); err != nil {
+			return err
+		}
+	}
+	if err := unix.Mkdir(dev+"/pts", 0o755); err != nil {
+		return stageErr("mkdir /dev/pts", err)
+	}
+	if err := unix.Mount("devpts", dev+"/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC,
+		"newinstance,ptmxmode=0666,mode=0620,gid=5"); err != nil {
+		return stageErr("mount devpts", err)
+	}
+	if err := mountTmpfs(dev+"/shm", "mode=1777,size="+strconv.FormatInt(s.TmpBytes, 10)); err != nil {
+		return err
+	}
+	links := [][2]string{{"pts/ptmx", "ptmx"}, {"/proc/self/fd", "fd"}, {"/proc/self/fd/0", "stdin"},
+		{"/proc/self/fd/1", "stdout"}, {"/proc/self/fd/2", "stderr"}}
+	for _, l := range links {
+		if err := unix.Symlink(l[0], dev+"/"+l[1]); err != nil {
+			return stageErr("symlink /dev/"+l[1], err)
+		}
+	}
+	return setAttr(dev, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC)
+}
+
+// buildProc mounts a fresh procfs for the sandbox's pid namespace and masks
+// the entries that reveal or touch the host kernel.
+func buildProc(root string) error {
+	proc := root + "/proc"
+	if err := unix.Mkdir(proc, 0o555); err != nil {
+		return stageErr("mkdir /proc", err)
+	}
+	if err := unix.Mount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return stageErr("mount /proc", err)
+	}
+	for _, f := range procMaskedFiles {
+		p := proc + "/" + f
+		if _, err := os.Lstat(p); err != nil {
+			continue
+		}
+		if err := unix.Mount("/dev/null", p, "", unix.MS_BIND, ""); err != nil {
+			return stageErr("mask /proc/"+f, err)
+		}
+		if err := setAttr(p, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC); err != nil {
+			return err
+		}
+	}
+	for _, d := range procMaskedDirs {
+		p := proc + "/" + d
+		if fi, err := os.Lstat(p); err != nil || !fi.IsDir() {
+			continue
+		}
+		if err := unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0,mode=0555"); err != nil {
+			return stageErr("mask /proc/"+d, err)
+		}
+	}
+	for _, d := range procReadOnly {
+		p := proc + "/" + d
+		if _, err := os.Lstat(p); err != nil {
+			continue
+		}
+		if err := bindReadOnly(p, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// attachTrees places the host's detached mount trees (workspace, --ro,
+// --rw) at their targets. Targets are resolved beneath root with
+// RESOLVE_IN_ROOT, so a symlink inside an earlier mount (say, a workspace
+// the sandbox wrote on a previous run) cannot send a mount outside the root.
+func attachTrees(root string, mounts []guest.Mount, trees []int) error {
+	order := make([]int, len(mounts))
+	for i := range order {
+		order[i] = i
+	}
+	// Parents before children.
+	sort.SliceStable(order, func(a, b int) bool {
+		return strings.Count(mounts[order[a]].Target, "/") < strings.Count(mounts[order[b]].Target, "/")
+	})
+	rootFD, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return stageErr("open root", err)
+	}
+	defer unix.Close(rootFD)
+	for _, i := range order {
+		m := mounts[i]
+		target, err := makeMountpoint(rootFD, m.Target, m.File)
+		if err != nil {
+			return stageErr("mount point "+m.Target, err)
+		}
+		err = unix.MoveMount(trees[i], "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
+		unix.Close(target)
+		if err != nil {
+			return stageErr("attach "+m.Target, err)
+		}
+	}
+	return nil
+}
+
+// makeMountpoint opens (creating if needed) the directory or file at rel
+// beneath rootFD without ever leaving the root, and returns an O_PATH fd.
+func makeMountpoint(rootFD int, rel string, file bool) (int, error) {
+	rel = strings.TrimPrefix(filepath.Clean("/"+rel), "/")
+	if rel == "" {
+		return -1, errors.New("cannot mount over /")
+	}
+	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}
+	if fd, err := unix.Openat2(rootFD, rel, how); err == nil {
+		return fd, nil
+	}
+	parent, name := filepath.Split(rel)
+	pfd := rootFD
+	if parent != "" {
+		if err := mkdirBeneath(rootFD, parent); err != nil {
+			return -1, err
+		}
+		howDir := *how
+		howDir.Flags |= unix.O_DIRECTORY
+		fd, err := unix.Openat2(rootFD, parent, &howDir)
+		if err != nil {
+			return -1, err
+		}
+		defer unix.Close(fd)
+		pfd = fd
+	}
+	if file {
+		fd, err := unix.Openat(pfd, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+		if err != nil {
+			return -1, err
+		}
+		unix.Close(fd)
+	} else if err := unix.Mkdirat(pfd, name, 0o755); err != nil {
+		return -1, err
+	}
+	return unix.Openat(pfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+}
+
+// mkdirBeneath creates every missing directory of rel beneath rootFD,
+// resolving each existing component with RESOLVE_IN_ROOT.
+func mkdirBeneath(rootFD int, rel string) error {
+	cur := ""
+	for _, part := range strings.Split(strings.Trim(rel, "/"), "/") {
+		next := part
+		if cur != "" {
+			next = cur + "/" + part
+		}
+		how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}
+		fd, err := unix.Openat2(rootFD, next, how)
+		if err == nil {
+			unix.Close(fd)
+			cur = next
+			continue
+		}
+		if !errors.Is(err, unix.ENOENT) {
+			return err
+		}
+		pfd := rootFD
+		if cur != "" {
+			if pfd, err = unix.Openat2(rootFD, cur, how); err != nil {
+				return err
+			}
+		}
+		err = unix.Mkdirat(pfd, part, 0o755)
+		if pfd != rootFD {
+			unix.Close(pfd)
+		}
+		if err != nil {
+			return err
+		}
+		cur = next
+	}
+	return nil
+}
+
+func touch(p string) error {
+	fd, err := unix.Open(p, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return stageErr("create "+p, err)
+	}
+	return unix.Close(fd)
+}
+
+// stageErr names the setup stage of a failure; nil stays nil.
+func stageErr(stage string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &stageError{stage: stage, err: err}
+}
+
+type stageError struct {
+	stage string
+	err   error
+}
+
+func (e *stageError) Error() string { return e.stage + ": " + e.err.Error() }
+func (e *stageError) Unwrap() error { return e.err }

@@ -1,0 +1,298 @@
+package linux
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/guest"
+	"github.com/moat-sandbox/moat/sandbox"
+	"github.com/moat-sandbox/moat/seccomp"
+)
+
+// Defaults of the runtime.
+const (
+	// DefaultTmpBytes sizes /tmp, the home dir, /dev/shm and an in-memory
+	// workspace when the spec does not.
+	DefaultTmpBytes = 256 << 20
+	// DefaultKillGrace is how long a process has between SIGTERM and
+	// SIGKILL when its call times out or is cancelled.
+	DefaultKillGrace = 2 * time.Second
+	// DefaultStateDir holds moat's host-side runtime state (uid leases).
+	DefaultStateDir = "/run/moat"
+
+	sandboxUID = 1000
+	sandboxGID = 1000
+)
+
+// Option configures a Runtime.
+type Option func(*Runtime)
+
+// WithInitPath sets the binary re-executed as each sandbox's init; it must
+// call Init when IsInit. Default: this process's own executable.
+func WithInitPath(p string) Option { return func(r *Runtime) { r.initPath = p } }
+
+// WithStateDir sets the host directory for runtime state.
+func WithStateDir(d string) Option { return func(r *Runtime) { r.stateDir = d } }
+
+// WithKillGrace sets the SIGTERM→SIGKILL grace period.
+func WithKillGrace(d time.Duration) Option { return func(r *Runtime) { r.killGrace = d } }
+
+// WithLogger sets the logger for runtime events.
+func WithLogger(l *slog.Logger) Option { return func(r *Runtime) { r.log = l } }
+
+// Runtime is the Linux namespace runtime. It is safe for concurrent use.
+type Runtime struct {
+	initPath  string
+	stateDir  string
+	killGrace time.Duration
+	log       *slog.Logger
+	landlock  int
+}
+
+var _ sandbox.Runtime = (*Runtime)(nil)
+
+// New returns a Linux runtime after checking, cheaply, the protections
+// every sandbox needs. It fails closed: a host that lacks one gets an error
+// wrapping sandbox.ErrUnsupported.
+func New(opts ...Option) (*Runtime, error) {
+	r := &Runtime{initPath: "/proc/self/exe", stateDir: DefaultStateDir, killGrace: DefaultKillGrace, log: slog.Default()}
+	for _, o := range opts {
+		o(r)
+	}
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("%w: %w", sandbox.ErrUnsupported, errNotRoot)
+	}
+	r.landlock = landlockABI()
+	if r.landlock < 1 {
+		return nil, fmt.Errorf("%w: %w (moat enforces its filesystem policy twice: mounts and Landlock)", sandbox.ErrUnsupported, errNoLandlock)
+	}
+	return r, nil
+}
+
+// Enforcement reports the protections every sandbox of this runtime gets.
+func (r *Runtime) Enforcement() sandbox.Enforcement {
+	return sandbox.Enforcement{
+		Runtime:      "linux",
+		Namespaces:   []string{"user", "mount", "pid", "net", "ipc", "uts", "cgroup"},
+		User:         sandboxUID,
+		Seccomp:      seccompSummary(),
+		LandlockABI:  min(r.landlock, 7),
+		NoNewPrivs:   true,
+		Capabilities: "none (bounding, ambient, inheritable empty; non-root uid)",
+		Network:      "none (loopback only)",
+		PivotRoot:    true,
+		ReadOnlyRoot: true,
+		MaskedProc:   true,
+	}
+}
+
+// seccompSummary describes the default seccomp profile in one line.
+func seccompSummary() string {
+	sum := seccomp.Default().Summary()
+	if sum.Error != "" {
+		return "error: " + sum.Error
+	}
+	return fmt.Sprintf("filter: %d syscalls denied, %d filtered by argument, foreign ABIs killed, unknown syscalls %s",
+		sum.DeniedCount, len(sum.ArgFiltered), sum.UnknownSyscalls)
+}
+
+// Create builds a sandbox and waits until its init reports ready.
+func (r *Runtime) Create(ctx context.Context, spec *sandbox.Spec) (sandbox.Sandbox, error) {
+	sb, err := r.create(ctx, spec, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := sb.waitReady(ctx); err != nil {
+		_ = sb.Shutdown(context.Background())
+		return nil, err
+	}
+	return sb, nil
+}
+
+// Run creates a one-shot sandbox, runs proc in it and tears it down. Setup
+// and start are pipelined: the process request is queued before the init
+// has finished building the root.
+func (r *Runtime) Run(ctx context.Context, spec *sandbox.Spec, proc *sandbox.Process) (*sandbox.Result, error) {
+	start := time.Now()
+	sb, err := r.create(ctx, spec, true)
+	if err != nil {
+		return sandbox.SetupResult(err), err
+	}
+	res, err := sb.exec(ctx, proc, start)
+	_ = sb.Shutdown(context.Background())
+	return res, err
+}
+
+// create validates spec, prepares the host mount trees and starts the
+// sandbox's init. It does not wait for the init to be ready.
+func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) (_ *linuxSandbox, retErr error) {
+	created := time.Now()
+	if spec == nil {
+		spec = &sandbox.Spec{}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var cu cleanup
+	defer func() {
+		if retErr != nil {
+			cu.run()
+		}
+	}()
+	slot, err := leaseUIDSlot(r.stateDir)
+	if err != nil {
+		return nil, &sandbox.SetupError{Stage: "uid range", Err: err}
+	}
+	cu.add(slot.release)
+	base := slot.hostBase()
+
+	ids := &idmapCache{initPath: r.initPath, sandboxUID: base + sandboxUID, sandboxGID: base + sandboxGID}
+	defer ids.close()
+	trees, err := prepareTrees(spec, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, t := range trees {
+			unix.Close(t.fd)
+		}
+	}()
+
+	hostSock, agentSock, err := guest.SocketPair()
+	if err != nil {
+		return nil, &sandbox.SetupError{Stage: "control socket", Err: err}
+	}
+	cu.add(func() { hostSock.Close() })
+	defer agentSock.Close()
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		return nil, &sandbox.SetupError{Stage: "init stderr", Err: err}
+	}
+	cu.add(func() { errR.Close() })
+	defer errW.Close()
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, &sandbox.SetupError{Stage: "open /dev/null", Err: err}
+	}
+	defer devNull.Close()
+
+	idMap := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(base), Size: uidsPer}}
+	proc, err := os.StartProcess(r.initPath, []string{"moat", InitArg}, &os.ProcAttr{
+		Files: []*os.File{devNull, devNull, errW, agentSock},
+		Env:   []string{},
+		Sys: &syscall.SysProcAttr{
+			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
+				unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP,
+			UidMappings:                idMap,
+			GidMappings:                idMap,
+			GidMappingsEnableSetgroups: true,
+			// Become uid 0 of the new namespace (host uid base): the host
+			// root's own uid is not mapped there.
+			Credential: &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}},
+			Pdeathsig:  syscall.SIGKILL,
+		},
+	})
+	if err != nil {
+		return nil, &sandbox.SetupError{Stage: "start init", Err: err}
+	}
+	cu.add(func() { _ = proc.Kill(); _, _ = proc.Wait() })
+
+	sb := newSandbox(r, proc, guest.NewConn(hostSock), errR, slot, oneShot)
+	sb.created = created
+	r.log.Debug("init started", "sandbox", sb.id, "after", time.Since(created).String())
+	setup := &guest.Setup{
+		Hostname:        spec.Hostname,
+		TmpBytes:        spec.Limits.TmpBytes,
+		UID:             sandboxUID,
+		GID:             sandboxGID,
+		MemoryWorkspace: spec.Workspace == "",
+		LandlockABI:     r.landlock,
+		OneShot:         oneShot,
+	}
+	if setup.Hostname == "" {
+		setup.Hostname = "sandbox"
+	}
+	if setup.TmpBytes <= 0 {
+		setup.TmpBytes = DefaultTmpBytes
+	}
+	fds := make([]int, len(trees))
+	for i, t := range trees {
+		setup.Mounts = append(setup.Mounts, t.mount)
+		fds[i] = t.fd
+	}
+	if err := sb.conn.Send(&guest.Message{Type: guest.MsgSetup, Setup: setup}, fds...); err != nil {
+		return nil, &sandbox.SetupError{Stage: "send setup", Err: err}
+	}
+	sb.enforcement = r.Enforcement()
+	sb.enforcement.UIDRange = fmt.Sprintf("0:%d:%d", base, uidsPer)
+	sb.enforcement.WorkspaceIDMap = "idmapped"
+	if spec.Workspace == "" {
+		sb.enforcement.WorkspaceIDMap = "owned (in-memory workspace)"
+	}
+	sb.start()
+	return sb, nil
+}
+
+// defaultEnv is the environment every process starts from; the host's
+// environment never reaches a sandbox.
+func defaultEnv() []string {
+	return []string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME=" + homeDir,
+		"TMPDIR=/tmp",
+		"USER=sandbox",
+		"LOGNAME=sandbox",
+		"SHELL=/bin/sh",
+		"NO_COLOR=1",
+		"TERM=dumb",
+		"LANG=C.UTF-8",
+		"PAGER=cat",
+		"GIT_PAGER=cat",
+	}
+}
+
+// mergeEnv applies KEY=VALUE overrides on top of base; a later key wins.
+func mergeEnv(base, over []string) ([]string, error) {
+	out := append([]string(nil), base...)
+	idx := map[string]int{}
+	for i, kv := range out {
+		k, _, _ := strings.Cut(kv, "=")
+		idx[k] = i
+	}
+	for _, kv := range over {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || strings.ContainsAny(k, "\x00") || strings.Contains(kv, "\x00") {
+			return nil, fmt.Errorf("%w: environment entry %q is not KEY=VALUE", sandbox.ErrInvalidSpec, kv)
+		}
+		if i, ok := idx[k]; ok {
+			out[i] = kv
+			continue
+		}
+		idx[k] = len(out)
+		out = append(out, kv)
+	}
+	return out, nil
+}
+
+// cleanup runs rollback steps in reverse order (gVisor's pkg/cleanup idea):
+// a half-built sandbox is undone in one place.
+type cleanup struct{ fns []func() }
+
+func (c *cleanup) add(f func()) { c.fns = append(c.fns, f) }
+
+func (c *cleanup) run() {
+	for i := len(c.fns) - 1; i >= 0; i-- {
+		c.fns[i]()
+	}
+	c.fns = nil
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

@@ -1,0 +1,66 @@
+package linux
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// Every sandbox gets its own range of host uids and gids: inside ids
+// 0..65535 map to uidBase + slot*65536 + id. The ranges lie far above the
+// ids of host users and of /etc/subuid allocations.
+const (
+	uidBase   = 1 << 30
+	uidsPer   = 1 << 16
+	uidSlots  = 4096
+	slotsFile = "uidslots.lock"
+)
+
+// uidSlot is a leased range of host ids. The lease is an OFD lock on one
+// byte of a lock file: the kernel releases it when the holder dies, so a
+// crashed moat leaks nothing.
+type uidSlot struct {
+	f    *os.File
+	slot int
+}
+
+// hostBase is the host uid that uid 0 of the sandbox maps to.
+func (s *uidSlot) hostBase() uint32 { return uint32(uidBase + s.slot*uidsPer) }
+
+func (s *uidSlot) release() {
+	if s != nil && s.f != nil {
+		s.f.Close() // drops the OFD lock
+	}
+}
+
+var errNoSlot = errors.New("all uid ranges are in use")
+
+// leaseUIDSlot takes a free slot, starting at a random one.
+func leaseUIDSlot(stateDir string) (*uidSlot, error) {
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(stateDir, slotsFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("uid slots: %w", err)
+	}
+	start := rand.IntN(uidSlots)
+	for i := range uidSlots {
+		slot := (start + i) % uidSlots
+		lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: int64(slot), Len: 1}
+		err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk)
+		if err == nil {
+			return &uidSlot{f: f, slot: slot}, nil
+		}
+		if !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EACCES) {
+			f.Close()
+			return nil, fmt.Errorf("uid slots: lock: %w", err)
+		}
+	}
+	f.Close()
+	return nil, errNoSlot
+}

@@ -1,0 +1,107 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Exit codes shared by every runtime (DESIGN.md, "Semantics").
+const (
+	ExitTimeout       = 124 // the call hit its timeout; the whole tree was killed
+	ExitSetupFailed   = 125 // the sandbox could not be set up; nothing ran
+	ExitNotExecutable = 126 // the command exists but cannot be executed
+	ExitNotFound      = 127 // the command was not found
+	ExitSignalBase    = 128 // killed by signal N → 128+N
+)
+
+// ExitReason says how a call ended.
+type ExitReason string
+
+// Exit reasons.
+const (
+	ReasonExited     ExitReason = "exited"
+	ReasonSignaled   ExitReason = "signaled"
+	ReasonTimeout    ExitReason = "timeout"
+	ReasonOOM        ExitReason = "oom"
+	ReasonKilled     ExitReason = "killed"
+	ReasonSetupError ExitReason = "setup_error"
+)
+
+// Result is the structured outcome of one process.
+type Result struct {
+	ExitCode   int        `json:"exit_code"`
+	ExitReason ExitReason `json:"exit_reason"`
+	// Signal is the number of the signal that ended the process, if any.
+	Signal int `json:"signal,omitempty"`
+	// Error explains a setup_error, a 126 or a 127 in one line.
+	Error string `json:"error,omitempty"`
+
+	DurationMs          int64 `json:"duration_ms"`
+	TimeToFirstOutputMs int64 `json:"time_to_first_output_ms"`
+	CPUUserMs           int64 `json:"cpu_user_ms"`
+	CPUSysMs            int64 `json:"cpu_sys_ms"`
+	// PeakMemoryBytes is the peak resident set of the process tree as the
+	// kernel reports it (max RSS of the largest waited-for descendant
+	// until cgroup accounting is in place).
+	PeakMemoryBytes int64 `json:"peak_memory_bytes"`
+
+	Stdout      string `json:"stdout"`
+	Stderr      string `json:"stderr"`
+	StdoutBytes int64  `json:"stdout_bytes"`
+	StderrBytes int64  `json:"stderr_bytes"`
+	Truncated   bool   `json:"truncated"`
+
+	Enforcement Enforcement `json:"enforcement"`
+}
+
+// Enforcement reports the protections in effect for a sandbox (or, from
+// Runtime.Enforcement, those the host can provide).
+type Enforcement struct {
+	Runtime string `json:"runtime"`
+	// Namespaces in effect: user, mount, pid, net, ipc, uts, cgroup.
+	Namespaces []string `json:"namespaces"`
+	// UIDRange is "inside:host:count" of the user namespace mapping.
+	UIDRange string `json:"uid_map,omitempty"`
+	// User is the uid the command runs as inside the sandbox.
+	User int `json:"user"`
+	// WorkspaceIDMap is how workspace ownership is translated: "idmapped",
+	// "owned" (the sandbox owns an in-memory workspace) or "none".
+	WorkspaceIDMap string `json:"workspace_idmap,omitempty"`
+	Seccomp        string `json:"seccomp"`
+	// LandlockABI is the Landlock ABI version whose rights are enforced.
+	LandlockABI    int    `json:"landlock_abi"`
+	NoNewPrivs     bool   `json:"no_new_privs"`
+	Capabilities   string `json:"capabilities"`
+	Network        string `json:"network"`
+	PivotRoot      bool   `json:"pivot_root"`
+	ReadOnlyRoot   bool   `json:"read_only_root"`
+	MaskedProc     bool   `json:"masked_proc"`
+}
+
+// Sentinel errors that callers branch on.
+var (
+	// ErrUnsupported: the host cannot enforce a protection the spec needs.
+	ErrUnsupported = errors.New("protection not supported on this host")
+	// ErrInvalidSpec: the request is malformed (bad path, bad flag value).
+	ErrInvalidSpec = errors.New("invalid sandbox spec")
+	// ErrSetup: building the sandbox failed.
+	ErrSetup = errors.New("sandbox setup failed")
+	// ErrClosed: the sandbox has been shut down.
+	ErrClosed = errors.New("sandbox is shut down")
+)
+
+// SetupError is a failure to build the sandbox, at a named stage.
+type SetupError struct {
+	Stage string
+	Err   error
+}
+
+func (e *SetupError) Error() string { return fmt.Sprintf("%s: %v", e.Stage, e.Err) }
+
+// Unwrap lets errors.Is match both ErrSetup and the cause.
+func (e *SetupError) Unwrap() []error { return []error{ErrSetup, e.Err} }
+
+// SetupResult is the Result of a call whose sandbox could not be built.
+func SetupResult(err error) *Result {
+	return &Result{ExitCode: ExitSetupFailed, ExitReason: ReasonSetupError, Error: err.Error()}
+}

@@ -1,0 +1,110 @@
+// Package sandbox holds the platform-neutral vocabulary of moat: what a
+// sandbox is asked to be (Spec), what a process inside it is asked to run
+// (Process), how a call ended (Result), the exit codes every runtime shares,
+// and the Runtime interface that the Linux namespace runtime (and later the
+// microVM runtime) implement.
+package sandbox
+
+import (
+	"context"
+	"io"
+	"os"
+	"time"
+)
+
+// Spec describes one sandbox: its filesystem view and its isolation. A Spec
+// is validated by the runtime before anything is created on the host.
+type Spec struct {
+	// Workspace is a host directory bound read-write at /workspace. Empty
+	// means a fresh in-memory workspace that disappears with the sandbox.
+	Workspace string `json:"workspace,omitempty"`
+	// Binds are extra host paths made visible inside the sandbox.
+	Binds []Bind `json:"binds,omitempty"`
+	// Hostname inside the sandbox; default "sandbox".
+	Hostname string `json:"hostname,omitempty"`
+	// Limits on the resources of the whole sandbox.
+	Limits Limits `json:"limits"`
+}
+
+// Bind makes a host path visible inside the sandbox.
+type Bind struct {
+	// Source is the host path. It must exist and must not be a symlink.
+	Source string `json:"source"`
+	// Target is the absolute path inside the sandbox. Default: Source.
+	Target string `json:"target"`
+	// Writable makes the bind read-write; otherwise it is read-only.
+	Writable bool `json:"writable,omitempty"`
+}
+
+// Limits are resource limits of a sandbox. Zero values take the runtime's
+// defaults.
+type Limits struct {
+	// TmpBytes caps the size of /tmp, the home directory and an in-memory
+	// workspace (each is a tmpfs of at most this size).
+	TmpBytes int64 `json:"tmp_bytes,omitempty"`
+}
+
+// Process describes one command to run inside a sandbox.
+type Process struct {
+	// Args is the argv; Args[0] is looked up in the sandbox's PATH when it
+	// has no slash.
+	Args []string `json:"args"`
+	// Env is added on top of the sandbox's default environment, KEY=VALUE.
+	Env []string `json:"env,omitempty"`
+	// Cwd is the working directory inside the sandbox; default /workspace.
+	Cwd string `json:"cwd,omitempty"`
+	// TTY gives the process a new pseudo-terminal inside the sandbox.
+	TTY bool `json:"tty,omitempty"`
+	// Timeout ends the whole process tree after this long (exit 124).
+	Timeout time.Duration `json:"timeout,omitempty"`
+
+	// OutputLimit caps each captured stream (default 2,000,000 bytes).
+	OutputLimit int `json:"output_limit,omitempty"`
+
+	// Stdin, Stdout and Stderr are the host-side ends of the process's
+	// standard streams. Nil Stdin means /dev/null; a nil Stdout or Stderr
+	// is captured into the Result (capped by OutputLimit). The sandbox
+	// never receives these descriptors themselves: the runtime copies
+	// through pipes (or a pty) it creates.
+	Stdin  io.Reader `json:"-"`
+	Stdout io.Writer `json:"-"`
+	Stderr io.Writer `json:"-"`
+	// Resize delivers terminal size changes (TTY only); may be nil.
+	Resize <-chan WinSize `json:"-"`
+	// InitialSize is the terminal size at start (TTY only).
+	InitialSize *WinSize `json:"-"`
+	// Signals are forwarded to the process's group while it runs.
+	Signals <-chan os.Signal `json:"-"`
+}
+
+// WinSize is a terminal size in characters.
+type WinSize struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
+}
+
+// Runtime creates sandboxes. Implementations: runtime/linux.
+type Runtime interface {
+	// Create builds a sandbox and returns when it is ready to run
+	// processes. On error nothing of the sandbox is left on the host.
+	Create(ctx context.Context, spec *Spec) (Sandbox, error)
+	// Run is the one-shot path: create a sandbox, run one process in it to
+	// completion and tear it down. Runtimes may make it faster than
+	// Create+Exec+Shutdown by pipelining setup and start.
+	Run(ctx context.Context, spec *Spec, proc *Process) (*Result, error)
+	// Enforcement reports what this runtime can enforce on this host.
+	Enforcement() Enforcement
+}
+
+// Sandbox is a live sandbox that may run many processes over its life.
+type Sandbox interface {
+	// ID names the sandbox on this host.
+	ID() string
+	// Exec runs one process to completion and returns its result. An error
+	// means the process could not be run at all (the result then says
+	// why, with ExitReason SetupError where it applies).
+	Exec(ctx context.Context, proc *Process) (*Result, error)
+	// Shutdown kills every process of the sandbox and removes everything
+	// it created on the host. It is safe to call more than once.
+	Shutdown(ctx context.Context) error
+}
