@@ -1,0 +1,141 @@
+// Package testutil builds the moat binary once per test binary and runs it
+// for end-to-end tests, and holds the skip rules: a test that needs root or
+// a kernel feature skips with a message on a machine without it, but fails
+// under CI=true, so CI really runs it.
+package testutil
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/moat-sandbox/moat/sandbox"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// InCI reports whether the tests run under CI (CI=true).
+func InCI() bool { return os.Getenv("CI") == "true" }
+
+// SkipOrFail skips the test with reason, or fails it under CI.
+func SkipOrFail(t testing.TB, reason string) {
+	t.Helper()
+	if InCI() {
+		t.Fatalf("required for CI but unavailable: %s", reason)
+	}
+	t.Skip(reason)
+}
+
+// RequireRoot skips (or fails under CI) unless running as root.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		SkipOrFail(t, "needs root (uid 0)")
+	}
+}
+
+// repoRoot finds the module root from this file's location.
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// Moat returns the path of a moat binary built from this checkout (static,
+// CGO_ENABLED=0), building it on first use.
+func Moat(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "moat-test-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "moat")
+		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/moat")
+		cmd.Dir = repoRoot()
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = errors.New("go build: " + err.Error() + "\n" + string(out))
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("building moat: %v", buildErr)
+	}
+	return binPath
+}
+
+// Cleanup removes the built binary; call it from TestMain after m.Run.
+func Cleanup() {
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+}
+
+// Output is what one moat invocation produced.
+type Output struct {
+	Code   int
+	Stdout string
+	Stderr string
+}
+
+// Exec runs the moat binary with args and returns its exit code and output.
+func Exec(t testing.TB, args ...string) Output {
+	t.Helper()
+	return ExecStdin(t, nil, args...)
+}
+
+// ExecStdin is Exec with stdin.
+func ExecStdin(t testing.TB, stdin []byte, args ...string) Output {
+	t.Helper()
+	cmd := exec.Command(Moat(t), args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	err := cmd.Run()
+	code := 0
+	if err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			t.Fatalf("moat %v: %v", args, err)
+		}
+		code = ee.ExitCode()
+	}
+	return Output{Code: code, Stdout: out.String(), Stderr: errb.String()}
+}
+
+// Run runs `moat run --json [flags...] -- argv...` and decodes the result.
+// flags may be nil.
+func Run(t testing.TB, flags []string, argv ...string) *sandbox.Result {
+	t.Helper()
+	RequireRoot(t)
+	args := append([]string{"run", "--json"}, flags...)
+	args = append(append(args, "--"), argv...)
+	o := Exec(t, args...)
+	var res sandbox.Result
+	if err := json.Unmarshal([]byte(o.Stdout), &res); err != nil {
+		t.Fatalf("moat %v: exit %d, not a JSON result: %v\nstdout: %s\nstderr: %s", args, o.Code, err, o.Stdout, o.Stderr)
+	}
+	if res.ExitCode != o.Code {
+		t.Fatalf("moat %v: JSON exit_code %d but process exit %d", args, res.ExitCode, o.Code)
+	}
+	return &res
+}
+
+// Sh runs a shell string inside a default sandbox (extra moat flags may be
+// given) and returns the result.
+func Sh(t testing.TB, script string, flags ...string) *sandbox.Result {
+	t.Helper()
+	return Run(t, flags, "/bin/sh", "-c", script)
+}
