@@ -75,6 +75,12 @@ type Setup struct {
 	Mounts []Mount `json:"mounts,omitempty"`
 	// MemoryWorkspace mounts a tmpfs at /workspace owned by the sandbox user.
 	MemoryWorkspace bool `json:"memory_workspace,omitempty"`
+	// EtcLayer is the host directory stacked over the host's /etc
+	// (identity files, whiteouts of secrets), prepared by the host.
+	EtcLayer string `json:"etc_layer"`
+	// Seccomp is the assembled seccomp-BPF program, 8 bytes per
+	// instruction in the kernel's sock_filter layout (native endian).
+	Seccomp []byte `json:"seccomp"`
 	// LandlockABI is the Landlock ABI the host probed; the agent enforces
 	// the rights of that version.
 	LandlockABI int `json:"landlock_abi"`

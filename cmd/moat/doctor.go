@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/moat-sandbox/moat/runtime/linux"
 	"github.com/moat-sandbox/moat/sandbox"
@@ -21,20 +21,26 @@ type doctorReport struct {
 	Enforcement *sandbox.Enforcement `json:"enforcement,omitempty"`
 }
 
-func newDoctorCmd() *cobra.Command {
+func doctorCommand() *command {
 	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "doctor",
-		Short: "Report what this host can enforce, what it cannot, and why",
-		Long: `Probe the kernel features moat's sandbox needs, then start a real sandbox
-and read back, from inside it, what the kernel says is in effect
-(seccomp mode, no_new_privs, capabilities, uid).
+	return &command{
+		name:  "doctor",
+		usage: "[--json]",
+		short: "Report what this host can enforce, what it cannot, and why",
+		long: `Probe the kernel features moat's sandbox needs, then start a real sandbox
+and read back, from inside it, what the kernel says is in effect (uid,
+seccomp mode, no_new_privs, every capability set).
 
 Exit codes: 0 when every required protection is available and the test
 sandbox confirmed it; 1 otherwise.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			rep := runDoctor(cmd.Context())
+		setup: func(fs *pflag.FlagSet) {
+			fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
+		},
+		run: func(ctx context.Context, args []string) error {
+			if len(args) > 0 {
+				return usageError("doctor takes no arguments")
+			}
+			rep := runDoctor(ctx)
 			if asJSON {
 				enc := json.NewEncoder(os.Stdout)
 				enc.SetIndent("", "  ")
@@ -42,21 +48,7 @@ sandbox confirmed it; 1 otherwise.`,
 					return err
 				}
 			} else {
-				for _, c := range rep.Checks {
-					mark := "ok  "
-					if !c.OK {
-						mark = "FAIL"
-						if !c.Required {
-							mark = "warn"
-						}
-					}
-					fmt.Printf("%s  %-22s %s\n", mark, c.Name, c.Detail)
-				}
-				if rep.OK {
-					fmt.Println("\nmoat can enforce its full sandbox on this host.")
-				} else {
-					fmt.Println("\nmoat cannot enforce its sandbox on this host: see FAIL lines.")
-				}
+				printDoctor(rep)
 			}
 			if !rep.OK {
 				return &exitError{code: 1}
@@ -64,14 +56,27 @@ sandbox confirmed it; 1 otherwise.`,
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
-	return cmd
+}
+
+func printDoctor(rep doctorReport) {
+	for _, c := range rep.Checks {
+		mark := "ok  "
+		if !c.OK {
+			mark = "FAIL"
+			if !c.Required {
+				mark = "warn"
+			}
+		}
+		fmt.Printf("%s  %-22s %s\n", mark, c.Name, c.Detail)
+	}
+	if rep.OK {
+		fmt.Println("\nmoat can enforce its full sandbox on this host.")
+	} else {
+		fmt.Println("\nmoat cannot enforce its sandbox on this host: see FAIL lines.")
+	}
 }
 
 func runDoctor(ctx context.Context) doctorReport {
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	rep := doctorReport{Checks: linux.Probe()}
 	add := func(name string, ok bool, detail string) {
 		rep.Checks = append(rep.Checks, linux.Check{Name: name, OK: ok, Detail: detail, Required: true})

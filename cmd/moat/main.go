@@ -1,20 +1,30 @@
 // Command moat runs the tool calls of AI agents inside isolated Linux
 // sandboxes. This file dispatches the re-executed roles of the binary (a
 // sandbox's init, a user-namespace holder) before anything else runs, then
-// hands over to the CLI; each subcommand lives in its own file.
+// the subcommands; each subcommand lives in its own file.
+//
+// The CLI is built on pflag alone: every sandbox starts this binary twice
+// (the CLI and the sandbox's init), and a heavier CLI framework measurably
+// slowed both starts.
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
+	"strings"
 
-	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/moat-sandbox/moat/runtime/linux"
 	"github.com/moat-sandbox/moat/sandbox"
 )
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
 
 func main() {
 	switch {
@@ -26,7 +36,21 @@ func main() {
 	if os.Getenv("MOAT_LOG") == "debug" {
 		slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	}
-	os.Exit(execute(os.Args[1:]))
+	os.Exit(execute(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// command is one subcommand: its flags and what it runs.
+type command struct {
+	name  string
+	usage string // after "moat NAME "
+	short string
+	long  string
+	// setup declares the flags; run gets the parsed FlagSet's args.
+	setup func(fs *pflag.FlagSet)
+	run   func(ctx context.Context, args []string) error
+	// interspersed lets flags follow positional args (off for commands
+	// that take a command line of their own).
+	interspersed bool
 }
 
 // exitError carries the exit code a command wants moat to end with.
@@ -34,32 +58,69 @@ type exitError struct{ code int }
 
 func (e *exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
 
-func newRoot() *cobra.Command {
-	root := &cobra.Command{
-		Use:   "moat",
-		Short: "Run AI agents' tool calls in isolated Linux sandboxes",
-		Long: `moat runs untrusted commands (an AI agent's shell commands, code, builds)
+// usageError is a command line moat cannot run; it exits 125.
+func usageError(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", sandbox.ErrInvalidSpec, fmt.Sprintf(format, a...))
+}
+
+func commands() []*command {
+	return []*command{runCommand(), doctorCommand(), versionCommand()}
+}
+
+const rootHelp = `moat runs untrusted commands (an AI agent's shell commands, code, builds)
 inside fresh Linux sandboxes: user, mount, pid, net, ipc, uts and cgroup
 namespaces, a read-only view of the host's system directories, seccomp,
-Landlock, no capabilities and no network.`,
-		SilenceUsage:  true,
-		SilenceErrors: true,
+Landlock, no capabilities and no network.
+
+Usage:
+  moat COMMAND [flags]
+
+Commands:
+`
+
+func printRootHelp(w io.Writer) {
+	fmt.Fprint(w, rootHelp)
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.short)
 	}
-	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(newRunCmd(), newDoctorCmd())
-	return root
+	fmt.Fprint(w, "\nRun 'moat COMMAND --help' for a command's flags and exit codes.\n")
 }
 
 // execute runs the CLI and maps its outcome to moat's exit codes: a
-// command's own code, or 125 for anything that kept it from running
-// (bad flags, bad paths, a host that cannot enforce the sandbox).
-func execute(args []string) int {
-	root := newRoot()
-	root.SetArgs(args)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
-		return fmt.Errorf("%w: %v", sandbox.ErrInvalidSpec, err)
-	})
-	err := root.Execute()
+// command's own code, or 125 for anything that kept it from running (bad
+// flags, bad paths, a host that cannot enforce the sandbox).
+func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		if len(args) > 1 {
+			args = []string{args[1], "--help"}
+		} else {
+			printRootHelp(stdout)
+			return 0
+		}
+	}
+	var cmd *command
+	for _, c := range commands() {
+		if c.name == args[0] {
+			cmd = c
+		}
+	}
+	if cmd == nil {
+		fmt.Fprintf(stderr, "moat: unknown command %q (see 'moat --help')\n", args[0])
+		return sandbox.ExitSetupFailed
+	}
+	fs := pflag.NewFlagSet("moat "+cmd.name, pflag.ContinueOnError)
+	fs.SetInterspersed(cmd.interspersed)
+	fs.SetOutput(io.Discard)
+	cmd.setup(fs)
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			fmt.Fprintf(stdout, "%s\n\nUsage:\n  moat %s %s\n\nFlags:\n%s", strings.TrimSpace(cmd.long), cmd.name, cmd.usage, fs.FlagUsages())
+			return 0
+		}
+		fmt.Fprintf(stderr, "moat %s: %v (see 'moat %s --help')\n", cmd.name, err, cmd.name)
+		return sandbox.ExitSetupFailed
+	}
+	err := cmd.run(ctx, fs.Args())
 	if err == nil {
 		return 0
 	}
@@ -67,6 +128,6 @@ func execute(args []string) int {
 	if errors.As(err, &ee) {
 		return ee.code
 	}
-	fmt.Fprintln(os.Stderr, "moat:", err)
+	fmt.Fprintf(stderr, "moat %s: %v\n", cmd.name, err)
 	return sandbox.ExitSetupFailed
 }

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
 	"github.com/moat-sandbox/moat/runtime/linux"
@@ -29,45 +29,48 @@ type runFlags struct {
 	sh          string
 }
 
-func newRunCmd() *cobra.Command {
-	var f runFlags
-	cmd := &cobra.Command{
-		Use:   "run [flags] -- COMMAND [ARG...] | run [flags] --sh 'SHELL COMMAND'",
-		Short: "Run one command in a fresh sandbox",
-		Long: `Run one command in a fresh sandbox and stream its output.
+const runLong = `Run one command in a fresh sandbox and stream its output.
 
 The command runs as uid 1000 ("sandbox") in new user, mount, pid, net, ipc,
 uts and cgroup namespaces, with no capabilities, no_new_privs, Landlock and
 a seccomp filter. It sees the host's /usr (and /bin, /lib… links) read-only,
 a filtered /etc, a minimal /dev, a masked /proc, a private /tmp and home
 (tmpfs), /workspace, and nothing else of the host. Network: loopback only.
+The host environment never reaches the command.
 
 Exit codes: the command's own code; 128+N if a signal N ended it; 124 on
 timeout (the whole process tree is killed); 125 if the sandbox could not be
 set up (bad flag, bad path, host lacking a protection); 126 if the command
-is not executable; 127 if it was not found.`,
-		Example: `  moat run -- echo hello
+is not executable; 127 if it was not found. With --json the same code is
+the exit status and the JSON's exit_code.
+
+Examples:
+  moat run -- echo hello
   moat run -w ./project --sh 'make test'
   moat run --ro ~/.gitconfig:/home/sandbox/.gitconfig -w . -- git status
-  moat run -it -- bash`,
-		Args: cobra.ArbitraryArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return runRun(cmd.Context(), &f, args)
+  moat run -it -- bash`
+
+func runCommand() *command {
+	f := &runFlags{}
+	return &command{
+		name:  "run",
+		usage: "[flags] -- COMMAND [ARG...]   |   moat run [flags] --sh 'SHELL COMMAND'",
+		short: "Run one command in a fresh sandbox",
+		long:  runLong,
+		setup: func(fl *pflag.FlagSet) {
+			fl.StringVarP(&f.workspace, "workspace", "w", "", "host `DIR` mounted read-write at /workspace (default: a fresh in-memory dir, gone afterwards)")
+			fl.StringArrayVar(&f.ro, "ro", nil, "extra read-only bind `HOST[:PATH]` (repeatable)")
+			fl.StringArrayVar(&f.rw, "rw", nil, "extra writable bind `HOST[:PATH]` (repeatable)")
+			fl.BoolVarP(&f.interactive, "interactive", "i", false, "keep stdin attached (default: stdin is /dev/null)")
+			fl.BoolVarP(&f.tty, "tty", "t", false, "give the command a new terminal inside the sandbox, bridged to yours")
+			fl.StringArrayVarP(&f.env, "env", "e", nil, "set `K=V` in the command's environment (repeatable)")
+			fl.StringVar(&f.cwd, "cwd", "/workspace", "working `PATH` inside the sandbox")
+			fl.DurationVar(&f.timeout, "timeout", 0, "kill the whole process tree after `DURATION` (exit 124); 0 means none")
+			fl.BoolVar(&f.json, "json", false, "capture output and print one JSON result object instead of streaming")
+			fl.StringVar(&f.sh, "sh", "", "run `STRING` with /bin/sh -c inside the sandbox")
 		},
+		run: func(ctx context.Context, args []string) error { return runRun(ctx, f, args) },
 	}
-	fl := cmd.Flags()
-	fl.SetInterspersed(false)
-	fl.StringVarP(&f.workspace, "workspace", "w", "", "host `DIR` mounted read-write at /workspace (default: a fresh in-memory dir, gone afterwards)")
-	fl.StringArrayVar(&f.ro, "ro", nil, "extra read-only bind `HOST[:PATH]` (repeatable)")
-	fl.StringArrayVar(&f.rw, "rw", nil, "extra writable bind `HOST[:PATH]` (repeatable)")
-	fl.BoolVarP(&f.interactive, "interactive", "i", false, "keep stdin attached (default: stdin is /dev/null)")
-	fl.BoolVarP(&f.tty, "tty", "t", false, "give the command a new terminal inside the sandbox, bridged to yours")
-	fl.StringArrayVarP(&f.env, "env", "e", nil, "set `K=V` in the command's environment (repeatable)")
-	fl.StringVar(&f.cwd, "cwd", "/workspace", "working `PATH` inside the sandbox")
-	fl.DurationVar(&f.timeout, "timeout", 0, "kill the whole process tree after `DURATION` (exit 124); 0 means none")
-	fl.BoolVar(&f.json, "json", false, "capture output and print one JSON result object instead of streaming")
-	fl.StringVar(&f.sh, "sh", "", "run `STRING` with /bin/sh -c inside the sandbox")
-	return cmd
 }
 
 // parseBind splits HOST[:PATH].
@@ -129,9 +132,6 @@ func runRun(ctx context.Context, f *runFlags, args []string) error {
 	rt, err := linux.New()
 	if err != nil {
 		return err
-	}
-	if ctx == nil {
-		ctx = context.Background()
 	}
 	if f.timeout > 0 {
 		var cancel context.CancelFunc

@@ -57,9 +57,9 @@ func harden(s *guest.Setup, mounts []guest.Mount, landlockABI int) error {
 	if err := applyLandlock(mounts, s.MemoryWorkspace, landlockABI); err != nil {
 		return stageErr("landlock", err)
 	}
-	prog, err := seccomp.Default().Assemble()
+	prog, err := decodeBPF(s.Seccomp)
 	if err != nil {
-		return stageErr("seccomp assemble", err)
+		return stageErr("seccomp", err)
 	}
 	return stageErr("seccomp", seccomp.Install(prog))
 }
@@ -124,7 +124,7 @@ func applyLandlock(mounts []guest.Mount, memoryWorkspace bool, abi int) error {
 	if err != nil {
 		return err
 	}
-	rw := []string{"/tmp", homeDir, "/dev/shm", "/dev/pts"}
+	rw := []string{"/tmp", homeDir, "/dev/shm"}
 	if memoryWorkspace {
 		rw = append(rw, workspaceDir)
 	}
@@ -143,7 +143,9 @@ func applyLandlock(mounts []guest.Mount, memoryWorkspace bool, abi int) error {
 	rules := []landlock.Rule{
 		landlock.RODirs("/"),
 		landlock.RWDirs(rw...),
+		// Terminal ioctls need IOCTL_DEV on the device files.
 		landlock.RWFiles(devFiles...).WithIoctlDev(),
+		landlock.RWDirs("/dev/pts").WithIoctlDev(),
 		// /proc/self/... files some tools write (oom_score_adj, comm).
 		landlock.PathAccess(llsys.AccessFSWriteFile, "/proc"),
 	}

@@ -22,16 +22,6 @@ const stagingRoot = "/tmp"
 // host symlink (merged /usr) is recreated as the same symlink.
 var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
 
-// etcHidden are host /etc entries that never appear inside a sandbox, even
-// though the uid mapping already makes non-world-readable ones unreadable.
-var etcHidden = []string{
-	"shadow", "shadow-", "gshadow", "gshadow-", "passwd-", "group-",
-	"sudoers", "sudoers.d", "ssh", "ssl/private", "subuid", "subuid-",
-	"subgid", "subgid-", "machine-id", "security/opasswd", ".pwd.lock",
-	"krb5.keytab", "ppp", "wireguard", "NetworkManager/system-connections",
-	"docker", "containerd", "moat", "mtab", "fstab", "crypttab",
-}
-
 // procMaskedFiles read as empty inside the sandbox; procMaskedDirs appear
 // empty; procReadOnly are read-only. The lists follow runc's defaults.
 var (
@@ -167,60 +157,27 @@ func mountTmpfs(dst, opts string) error {
 	return stageErr("mount tmpfs "+dst, unix.Mount("tmpfs", dst, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts))
 }
 
-// buildEtc mounts a read-only overlay of the host's /etc under a layer that
-// replaces the identity files (passwd, group, hostname, hosts, resolv.conf)
-// and whites out every entry of etcHidden.
+// buildEtc mounts a read-only overlay of the host's /etc under the layer
+// the host prepared (etcLayer): identity files replaced, secrets whited out.
 func buildEtc(root string, s *guest.Setup) error {
-	layer := root + "/.etc"
-	if err := mountTmpfs(layer, "mode=0755,size=256k"); err != nil {
-		return err
-	}
-	files := map[string]string{
-		"passwd": fmt.Sprintf("root:x:0:0:root:/root:/bin/sh\nsandbox:x:%d:%d:sandbox:%s:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-			s.UID, s.GID, homeDir),
-		"group":       fmt.Sprintf("root:x:0:\ntty:x:5:\nsandbox:x:%d:\nnogroup:x:65534:\n", s.GID),
-		"hostname":    s.Hostname + "\n",
-		"hosts":       "127.0.0.1\tlocalhost " + s.Hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n",
-		"resolv.conf": "# moat: no DNS resolver is reachable from this sandbox\n",
-	}
-	for name, content := range files {
-		if err := os.WriteFile(layer+"/"+name, []byte(content), 0o644); err != nil {
-			return stageErr("write /etc/"+name, err)
-		}
-	}
-	for _, name := range etcHidden {
-		if _, err := os.Lstat("/etc/" + name); err != nil {
-			continue
-		}
-		p := layer + "/" + name
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return stageErr("mkdir "+filepath.Dir(p), err)
-		}
-		// A 0/0 character device is an overlayfs whiteout; the kernel
-		// lets an unprivileged user namespace create it.
-		if err := unix.Mknod(p, unix.S_IFCHR, 0); err != nil {
-			return stageErr("hide /etc/"+name, err)
-		}
-	}
 	dst := root + "/etc"
 	if err := unix.Mkdir(dst, 0o755); err != nil {
 		return stageErr("mkdir /etc", err)
 	}
 	err := unix.Mount("overlay", dst, "overlay", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV,
-		"lowerdir="+layer+":/etc")
-	if err != nil {
-		return stageErr("mount /etc overlay", err)
-	}
-	// The layer stays referenced by the overlay; its own mount goes.
-	return stageErr("detach /etc layer", unix.Unmount(layer, unix.MNT_DETACH))
+		"lowerdir="+s.EtcLayer+":/etc")
+	return stageErr("mount /etc overlay", err)
 }
 
 // buildDev populates a minimal /dev: a few host device nodes, a private
 // devpts instance, /dev/shm and the usual symlinks.
 func buildDev(root string, s *guest.Setup) error {
 	dev := root + "/dev"
-	if err := mountTmpfs(dev, "mode=0755,size=64k,nr_inodes=64"); err != nil {
-		return err
+	if err := unix.Mkdir(dev, 0o755); err != nil {
+		return stageErr("mkdir /dev", err)
+	}
+	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64"); err != nil {
+		return stageErr("mount /dev", err)
 	}
 	// Device nodes cannot be created in a user namespace; bind the host's.
 	for _, n := range devNodes {
@@ -229,9 +186,6 @@ func buildDev(root string, s *guest.Setup) error {
 		}
 		if err := unix.Mount("/dev/"+n, dev+"/"+n, "", unix.MS_BIND, ""); err != nil {
 			return stageErr("bind /dev/"+n, err)
-		}
-		if err := setAttr(dev+"/"+n, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC); err != nil {
-			return err
 		}
 	}
 	if err := unix.Mkdir(dev+"/pts", 0o755); err != nil {
@@ -251,7 +205,7 @@ func buildDev(root string, s *guest.Setup) error {
 			return stageErr("symlink /dev/"+l[1], err)
 		}
 	}
-	return setAttr(dev, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC)
+	return nil
 }
 
 // buildProc mounts a fresh procfs for the sandbox's pid namespace and masks
@@ -269,11 +223,9 @@ func buildProc(root string) error {
 		if _, err := os.Lstat(p); err != nil {
 			continue
 		}
+		// Reads of /dev/null are empty and writes vanish.
 		if err := unix.Mount("/dev/null", p, "", unix.MS_BIND, ""); err != nil {
 			return stageErr("mask /proc/"+f, err)
-		}
-		if err := setAttr(p, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC); err != nil {
-			return err
 		}
 	}
 	for _, d := range procMaskedDirs {

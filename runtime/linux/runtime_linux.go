@@ -141,6 +141,13 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	hostname := spec.Hostname
+	if hostname == "" {
+		hostname = "sandbox"
+	}
+	if err := validHostname(hostname); err != nil {
+		return nil, err
+	}
 	var cu cleanup
 	defer func() {
 		if retErr != nil {
@@ -205,20 +212,28 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	}
 	cu.add(func() { _ = proc.Kill(); _, _ = proc.Wait() })
 
+	// While the init boots, assemble what it will need.
+	prog, err := seccomp.Default().Assemble()
+	if err != nil {
+		return nil, &sandbox.SetupError{Stage: "seccomp", Err: err}
+	}
+	layer, err := etcLayer(r.stateDir, hostname, sandboxUID, sandboxGID)
+	if err != nil {
+		return nil, &sandbox.SetupError{Stage: "etc layer", Err: err}
+	}
 	sb := newSandbox(r, proc, guest.NewConn(hostSock), errR, slot, oneShot)
 	sb.created = created
 	r.log.Debug("init started", "sandbox", sb.id, "after", time.Since(created).String())
 	setup := &guest.Setup{
-		Hostname:        spec.Hostname,
+		Hostname:        hostname,
+		EtcLayer:        layer,
+		Seccomp:         encodeBPF(prog),
 		TmpBytes:        spec.Limits.TmpBytes,
 		UID:             sandboxUID,
 		GID:             sandboxGID,
 		MemoryWorkspace: spec.Workspace == "",
 		LandlockABI:     r.landlock,
 		OneShot:         oneShot,
-	}
-	if setup.Hostname == "" {
-		setup.Hostname = "sandbox"
 	}
 	if setup.TmpBytes <= 0 {
 		setup.TmpBytes = DefaultTmpBytes
@@ -239,6 +254,20 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	}
 	sb.start()
 	return sb, nil
+}
+
+// validHostname accepts an RFC 1123 host name of at most 64 bytes.
+func validHostname(h string) error {
+	if len(h) > 64 {
+		return fmt.Errorf("%w: hostname longer than 64 bytes", sandbox.ErrInvalidSpec)
+	}
+	for i, c := range h {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' && i > 0 || c == '.' && i > 0
+		if !ok {
+			return fmt.Errorf("%w: hostname %q is not a valid host name", sandbox.ErrInvalidSpec, h)
+		}
+	}
+	return nil
 }
 
 // defaultEnv is the environment every process starts from; the host's

@@ -1,0 +1,99 @@
+package linux
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// etcLayerVersion changes whenever the layer's content rules change.
+const etcLayerVersion = "1"
+
+// etcHidden are host /etc entries that never appear inside a sandbox, even
+// though the uid mapping already makes non-world-readable ones unreadable.
+var etcHidden = []string{
+	"shadow", "shadow-", "gshadow", "gshadow-", "passwd-", "group-",
+	"sudoers", "sudoers.d", "ssh", "ssl/private", "subuid", "subuid-",
+	"subgid", "subgid-", "machine-id", "security/opasswd", ".pwd.lock",
+	"krb5.keytab", "ppp", "wireguard", "NetworkManager/system-connections",
+	"docker", "containerd", "moat", "mtab", "fstab", "crypttab",
+}
+
+// etcFiles returns the identity files every sandbox sees instead of the
+// host's.
+func etcFiles(hostname string, uid, gid int) map[string]string {
+	return map[string]string{
+		"passwd": fmt.Sprintf("root:x:0:0:root:/root:/bin/sh\nsandbox:x:%d:%d:sandbox:%s:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+			uid, gid, homeDir),
+		"group":       fmt.Sprintf("root:x:0:\ntty:x:5:\nsandbox:x:%d:\nnogroup:x:65534:\n", gid),
+		"hostname":    hostname + "\n",
+		"hosts":       "127.0.0.1\tlocalhost " + hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+		"resolv.conf": "# moat: no DNS resolver is reachable from this sandbox\n",
+	}
+}
+
+// etcLayer returns a directory that, stacked over the host's /etc as an
+// overlayfs lower layer, replaces the identity files and whites out every
+// hidden entry that exists on the host. Layers are built once per distinct
+// content under stateDir/etc and shared by all sandboxes: the sandbox's
+// init only mounts the overlay.
+func etcLayer(stateDir, hostname string, uid, gid int) (string, error) {
+	var present []string
+	for _, name := range etcHidden {
+		if _, err := os.Lstat("/etc/" + name); err == nil {
+			present = append(present, name)
+		}
+	}
+	files := etcFiles(hostname, uid, gid)
+	h := sha256.New()
+	fmt.Fprintf(h, "v%s\x00%s\x00%d\x00%d\x00%s", etcLayerVersion, hostname, uid, gid, strings.Join(present, "\x00"))
+	dir := filepath.Join(stateDir, "etc", hex.EncodeToString(h.Sum(nil))[:24])
+	if _, err := os.Stat(dir); err == nil {
+		return dir, nil
+	}
+	// The init resolves this path as an unprivileged host uid: every
+	// directory on the way is searchable, nothing in it is writable.
+	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(stateDir, 0o711); err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(dir), ".tmp-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp) // a no-op once renamed
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return "", err
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(tmp, name), []byte(content), 0o644); err != nil {
+			return "", err
+		}
+	}
+	for _, name := range present {
+		p := filepath.Join(tmp, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return "", err
+		}
+		// A 0/0 character device is an overlayfs whiteout.
+		if err := unix.Mknod(p, unix.S_IFCHR, 0); err != nil {
+			return "", fmt.Errorf("whiteout %s: %w", name, err)
+		}
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		// Another moat built the same layer first.
+		if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY) {
+			return dir, nil
+		}
+		return "", err
+	}
+	return dir, nil
+}
