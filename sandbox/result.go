@@ -69,13 +69,13 @@ type Enforcement struct {
 	WorkspaceIDMap string `json:"workspace_idmap,omitempty"`
 	Seccomp        string `json:"seccomp"`
 	// LandlockABI is the Landlock ABI version whose rights are enforced.
-	LandlockABI    int    `json:"landlock_abi"`
-	NoNewPrivs     bool   `json:"no_new_privs"`
-	Capabilities   string `json:"capabilities"`
-	Network        string `json:"network"`
-	PivotRoot      bool   `json:"pivot_root"`
-	ReadOnlyRoot   bool   `json:"read_only_root"`
-	MaskedProc     bool   `json:"masked_proc"`
+	LandlockABI  int    `json:"landlock_abi"`
+	NoNewPrivs   bool   `json:"no_new_privs"`
+	Capabilities string `json:"capabilities"`
+	Network      string `json:"network"`
+	PivotRoot    bool   `json:"pivot_root"`
+	ReadOnlyRoot bool   `json:"read_only_root"`
+	MaskedProc   bool   `json:"masked_proc"`
 }
 
 // Sentinel errors that callers branch on.

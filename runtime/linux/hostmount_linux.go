@@ -183,24 +183,53 @@ func prepareTree(what, src, target string, writable, wantDir bool, ids *idmapCac
 	return hostTree{mount: guest.Mount{Target: target, Writable: writable, File: !isDir}, fd: tree}, nil
 }
 
+// validateSpec checks the spec's paths without creating anything: the
+// workspace is a directory, every bind source exists and is a directory or
+// regular file (never a symlink), every target is a clean absolute path
+// outside the reserved ones and used once.
+func validateSpec(spec *sandbox.Spec) error {
+	_, err := walkTrees(spec, func(what, src, target string, writable, wantDir bool) (hostTree, error) {
+		fd, st, err := openHostPath(what, src)
+		if err != nil {
+			return hostTree{}, err
+		}
+		unix.Close(fd)
+		if wantDir && st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return hostTree{}, fmt.Errorf("%w: %s %s is not a directory", sandbox.ErrInvalidSpec, what, src)
+		}
+		return hostTree{fd: -1}, nil
+	})
+	return err
+}
+
 // prepareTrees turns the spec's workspace and binds into mount trees. On
 // error every fd already opened is closed.
 func prepareTrees(spec *sandbox.Spec, ids *idmapCache) ([]hostTree, error) {
+	return walkTrees(spec, func(what, src, target string, writable, wantDir bool) (hostTree, error) {
+		return prepareTree(what, src, target, writable, wantDir, ids)
+	})
+}
+
+// walkTrees calls prepare for the workspace and each bind, after checking
+// targets; on error it closes what prepare already returned.
+func walkTrees(spec *sandbox.Spec, prepare func(what, src, target string, writable, wantDir bool) (hostTree, error)) ([]hostTree, error) {
 	var trees []hostTree
 	fail := func(err error) ([]hostTree, error) {
 		for _, t := range trees {
-			unix.Close(t.fd)
+			if t.fd >= 0 {
+				unix.Close(t.fd)
+			}
 		}
 		return nil, err
 	}
-	seen := map[string]bool{}
+	// /workspace is always taken: by -w or by the in-memory workspace.
+	seen := map[string]bool{workspaceDir: true}
 	if spec.Workspace != "" {
-		t, err := prepareTree("workspace", spec.Workspace, workspaceDir, true, true, ids)
+		t, err := prepare("workspace", spec.Workspace, workspaceDir, true, true)
 		if err != nil {
 			return fail(err)
 		}
 		trees = append(trees, t)
-		seen[workspaceDir] = true
 	}
 	for _, b := range spec.Binds {
 		target := b.Target
@@ -218,7 +247,7 @@ func prepareTrees(spec *sandbox.Spec, ids *idmapCache) ([]hostTree, error) {
 			return fail(fmt.Errorf("%w: two mounts at %s", sandbox.ErrInvalidSpec, target))
 		}
 		seen[target] = true
-		t, err := prepareTree(kind, b.Source, target, b.Writable, false, ids)
+		t, err := prepare(kind, b.Source, target, b.Writable, false)
 		if err != nil {
 			return fail(err)
 		}

@@ -148,6 +148,9 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	if err := validHostname(hostname); err != nil {
 		return nil, err
 	}
+	if err := validateSpec(spec); err != nil {
+		return nil, err
+	}
 	var cu cleanup
 	defer func() {
 		if retErr != nil {
