@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Start-up benchmark of moat against its peers (see bench/README.md).
+#
+#   bash bench/run.sh [startup flags...]     e.g. --rounds 50 --warmup 5
+#   make bench
+#
+# Installs the peers it needs from Debian when missing, builds moat from
+# this checkout, runs bench/startup (results in bench/results/) and prints
+# the markdown report. Run it as root: moat's runtime needs root, and so
+# does apt-get. Exits non-zero when a system had a failed run.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+as_root() {
+	if [[ $EUID -eq 0 ]]; then
+		"$@"
+	elif command -v sudo >/dev/null 2>&1; then
+		sudo "$@"
+	else
+		log "need root to run: $*"
+		return 1
+	fi
+}
+
+# Debian packages of the systems compared (and hyperfine, for checking
+# figures by hand: hyperfine -N 'bin/moat run -- /bin/true'). A later
+# change adds runc and runsc here.
+need=()
+command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
+command -v hyperfine >/dev/null 2>&1 || need+=(hyperfine)
+if ((${#need[@]})); then
+	log "installing ${need[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	if ! as_root apt-get install -y --no-install-recommends "${need[@]}"; then
+		log "install failed; updating the package lists and retrying"
+		as_root apt-get update
+		as_root apt-get install -y --no-install-recommends "${need[@]}"
+	fi
+fi
+
+if ! command -v go >/dev/null 2>&1; then
+	log "go not found in PATH: install the Go toolchain named in go.mod (Debian's golang package is too old)"
+	exit 1
+fi
+if [[ $EUID -ne 0 ]]; then
+	log "warning: not root; moat's runs will fail (try --systems bare,bwrap)"
+fi
+
+log "building moat"
+CGO_ENABLED=0 go build -o bin/moat ./cmd/moat
+
+mkdir -p bench/results
+rm -f bench/results/startup.json bench/results/startup.md
+log "running bench/startup $*"
+status=0
+go run ./bench/startup --moat bin/moat \
+	--json bench/results/startup.json \
+	--markdown bench/results/startup.md "$@" || status=$?
+
+if [[ -f bench/results/startup.md ]]; then
+	echo
+	cat bench/results/startup.md
+fi
+if ((status != 0)); then
+	log "benchmark failed (exit $status); see above"
+fi
+exit "$status"

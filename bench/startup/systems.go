@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// system is one way of running the benchmarked command. To add one (runc,
+// runsc…), append to systems: prepare finds its binary, builds any state it
+// needs (an OCI bundle, say) and returns the exact command line to time,
+// or a skipError when the system is not installed.
+type system struct {
+	name string
+	// about is one line saying what the row measures, for the report.
+	about   string
+	prepare func(o *options) (*prepared, error)
+}
+
+// prepared is a system ready to be timed.
+type prepared struct {
+	argv    []string // the exact command line, argv[0] an absolute path
+	version string   // the system's version, or why it is unknown
+	cleanup func()   // removes what prepare created; nil if nothing
+}
+
+// skipError marks a system that cannot run on this host (binary missing):
+// it is reported as skipped, which does not fail the benchmark.
+type skipError struct{ reason string }
+
+func (e *skipError) Error() string { return e.reason }
+
+func skipf(format string, args ...any) error {
+	return &skipError{reason: fmt.Sprintf(format, args...)}
+}
+
+// benchCommand is what every system runs: the smallest program, so the
+// figure is the system's own start-up and tear-down cost.
+const benchCommand = "/bin/true"
+
+// systems lists every known system in report order. bare and moat are the
+// references of the ratio columns.
+var systems = []system{
+	{
+		name:    "bare",
+		about:   "the command with no isolation: fork, exec, exit, wait",
+		prepare: prepareBare,
+	},
+	{
+		name:    "moat",
+		about:   "moat run: user/mount/pid/net/ipc/uts/cgroup namespaces, pivoted tmpfs root, seccomp, Landlock, no capabilities",
+		prepare: prepareMoat,
+	},
+	{
+		name:    "bwrap",
+		about:   "bubblewrap with every namespace and binds comparable to moat's (read-only /usr and /etc, fresh /proc, /dev, /tmp, /workspace)",
+		prepare: prepareBwrap,
+	},
+}
+
+func systemNames() []string {
+	names := make([]string, len(systems))
+	for i, s := range systems {
+		names[i] = s.name
+	}
+	return names
+}
+
+func prepareBare(*options) (*prepared, error) {
+	if err := checkExecutable(benchCommand); err != nil {
+		return nil, skipf("%s: %v", benchCommand, err)
+	}
+	return &prepared{
+		argv:    []string{benchCommand},
+		version: firstLine(versionOf(benchCommand, "--version")),
+	}, nil
+}
+
+func prepareMoat(o *options) (*prepared, error) {
+	bin, err := filepath.Abs(o.moat)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkExecutable(bin); err != nil {
+		return nil, skipf("moat binary %s: %v (build it: CGO_ENABLED=0 go build -o bin/moat ./cmd/moat)", bin, err)
+	}
+	return &prepared{
+		argv:    []string{bin, "run", "--", benchCommand},
+		version: firstLine(versionOf(bin, "--version")),
+	}, nil
+}
+
+func prepareBwrap(*options) (*prepared, error) {
+	bin, err := exec.LookPath("bwrap")
+	if err != nil {
+		return nil, skipf("bwrap not found in PATH (apt-get install -y bubblewrap)")
+	}
+	if bin, err = filepath.Abs(bin); err != nil {
+		return nil, err
+	}
+	return &prepared{
+		argv:    bwrapArgs(bin, "/"),
+		version: firstLine(versionOf(bin, "--version")),
+	}, nil
+}
+
+// bwrapArgs builds a bubblewrap command whose sandbox matches moat's as
+// closely as bwrap's flags allow: all namespaces, the host's /usr and /etc
+// read-only, the top-level system links or directories mirrored as they
+// are on the host under hostRoot (a symlink as the same symlink on a
+// merged-/usr host, a read-only bind otherwise), fresh /proc and /dev, and
+// tmpfs /tmp and /workspace as the working directory.
+func bwrapArgs(bin, hostRoot string) []string {
+	args := []string{bin, "--unshare-all", "--die-with-parent", "--new-session",
+		"--ro-bind", "/usr", "/usr"}
+	// The same list as moat's runtime (runtime/linux systemDirs).
+	for _, d := range []string{"/bin", "/lib", "/lib64", "/sbin", "/lib32", "/libx32"} {
+		host := filepath.Join(hostRoot, d)
+		fi, err := os.Lstat(host)
+		if err != nil {
+			continue
+		}
+		switch {
+		case fi.Mode()&os.ModeSymlink != 0:
+			target, err := os.Readlink(host)
+			if err != nil {
+				continue
+			}
+			args = append(args, "--symlink", target, d)
+		case fi.IsDir():
+			args = append(args, "--ro-bind", host, d)
+		}
+	}
+	return append(args,
+		"--ro-bind", "/etc", "/etc",
+		"--proc", "/proc",
+		"--dev", "/dev",
+		"--tmpfs", "/tmp",
+		"--tmpfs", "/workspace",
+		"--chdir", "/workspace",
+		benchCommand)
+}
+
+// checkExecutable reports why path cannot be run, or nil.
+func checkExecutable(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return errors.New("not found")
+		}
+		return err
+	}
+	if fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
+		return errors.New("not an executable file")
+	}
+	return nil
+}
+
+// versionOf runs bin with args and returns its output, or a note saying
+// why the version is unknown (a system without --version is not an error).
+func versionOf(bin string, args ...string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("unknown (%s %s: %v)", filepath.Base(bin), strings.Join(args, " "), err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(line)
+}
+
+// shellQuote renders argv as one line a POSIX shell would split back into
+// the same words.
+func shellQuote(argv []string) string {
+	words := make([]string, len(argv))
+	for i, a := range argv {
+		if a != "" && strings.IndexFunc(a, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' ||
+				strings.ContainsRune("-_./=:,+@%", r))
+		}) < 0 {
+			words[i] = a
+			continue
+		}
+		words[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return strings.Join(words, " ")
+}
