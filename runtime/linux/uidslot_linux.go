@@ -51,16 +51,25 @@ func leaseUIDSlot(stateDir string) (*uidSlot, error) {
 	start := rand.IntN(uidSlots)
 	for i := range uidSlots {
 		slot := (start + i) % uidSlots
-		lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: int64(slot), Len: 1}
-		err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk)
-		if err == nil {
-			return &uidSlot{f: f, slot: slot}, nil
-		}
-		if !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EACCES) {
+		ok, err := tryLock(f, slot)
+		if err != nil {
 			f.Close()
 			return nil, fmt.Errorf("uid slots: lock: %w", err)
+		}
+		if ok {
+			return &uidSlot{f: f, slot: slot}, nil
 		}
 	}
 	f.Close()
 	return nil, errNoSlot
+}
+
+// tryLock takes the OFD write lock on byte slot of f without waiting.
+func tryLock(f *os.File, slot int) (bool, error) {
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: int64(slot), Len: 1}
+	err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk)
+	if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EACCES) {
+		return false, nil
+	}
+	return err == nil, err
 }
