@@ -1,10 +1,10 @@
 package linux
 
 import (
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"path/filepath"
 	"strings"
@@ -51,9 +51,11 @@ func etcLayer(stateDir, hostname string, uid, gid int) (string, error) {
 		}
 	}
 	files := etcFiles(hostname, uid, gid)
-	h := sha256.New()
+	// A content name, not a security boundary: FNV keeps crypto out of
+	// the start-up path of every moat process.
+	h := fnv.New128a()
 	fmt.Fprintf(h, "v%s\x00%s\x00%d\x00%d\x00%s", etcLayerVersion, hostname, uid, gid, strings.Join(present, "\x00"))
-	dir := filepath.Join(stateDir, "etc", hex.EncodeToString(h.Sum(nil))[:24])
+	dir := filepath.Join(stateDir, "etc", hex.EncodeToString(h.Sum(nil)))
 	if _, err := os.Stat(dir); err == nil {
 		return dir, nil
 	}
