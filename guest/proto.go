@@ -66,8 +66,9 @@ type Phase struct {
 // Setup tells the agent how to build the sandbox's root filesystem.
 type Setup struct {
 	Hostname string `json:"hostname"`
-	// TmpBytes sizes each tmpfs (/tmp, home, /dev/shm, in-memory workspace).
-	TmpBytes int64 `json:"tmp_bytes"`
+	// DiskBytes sizes the one tmpfs that holds /tmp, home, /dev/shm and
+	// an in-memory workspace.
+	DiskBytes int64 `json:"disk_bytes"`
 	// UID and GID of the sandbox user (inside the user namespace).
 	UID int `json:"uid"`
 	GID int `json:"gid"`

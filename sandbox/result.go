@@ -40,9 +40,8 @@ type Result struct {
 	TimeToFirstOutputMs int64 `json:"time_to_first_output_ms"`
 	CPUUserMs           int64 `json:"cpu_user_ms"`
 	CPUSysMs            int64 `json:"cpu_sys_ms"`
-	// PeakMemoryBytes is the peak resident set of the process tree as the
-	// kernel reports it (max RSS of the largest waited-for descendant
-	// until cgroup accounting is in place).
+	// PeakMemoryBytes is the sandbox's peak memory use as its cgroup
+	// accounted it (RSS, page cache and tmpfs pages).
 	PeakMemoryBytes int64 `json:"peak_memory_bytes"`
 
 	Stdout      string `json:"stdout"`
@@ -50,6 +49,10 @@ type Result struct {
 	StdoutBytes int64  `json:"stdout_bytes"`
 	StderrBytes int64  `json:"stderr_bytes"`
 	Truncated   bool   `json:"truncated"`
+	// OutputFile and StderrFile hold the whole stdout / stderr when it
+	// was truncated and the caller asked for a spill directory.
+	OutputFile string `json:"output_file,omitempty"`
+	StderrFile string `json:"stderr_file,omitempty"`
 
 	Enforcement Enforcement `json:"enforcement"`
 }
@@ -58,6 +61,9 @@ type Result struct {
 // Runtime.Enforcement, those the host can provide).
 type Enforcement struct {
 	Runtime string `json:"runtime"`
+	// Limits in force (zero: none); Cgroup names the hierarchy used.
+	Limits Limits `json:"limits"`
+	Cgroup string `json:"cgroup,omitempty"`
 	// Namespaces in effect: user, mount, pid, net, ipc, uts, cgroup.
 	Namespaces []string `json:"namespaces"`
 	// UIDRange is "inside:host:count" of the user namespace mapping.

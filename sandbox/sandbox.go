@@ -36,12 +36,30 @@ type Bind struct {
 	Writable bool `json:"writable,omitempty"`
 }
 
-// Limits are resource limits of a sandbox. Zero values take the runtime's
-// defaults.
+// Limits are resource limits of a whole sandbox, enforced by the kernel
+// (cgroups and tmpfs sizes). Zero values take the runtime's defaults.
 type Limits struct {
-	// TmpBytes caps the size of /tmp, the home directory and an in-memory
-	// workspace (each is a tmpfs of at most this size).
-	TmpBytes int64 `json:"tmp_bytes,omitempty"`
+	// MemoryBytes caps the sandbox's memory (RSS, page cache and tmpfs
+	// pages); swap is off for the sandbox. Past it the kernel's OOM killer
+	// ends a process (exit_reason "oom").
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	// CPUs is a CFS quota in CPUs (0.5 = half of one CPU per period).
+	CPUs float64 `json:"cpus,omitempty"`
+	// Pids caps the number of processes and threads.
+	Pids int64 `json:"pids,omitempty"`
+	// DiskBytes caps what the sandbox can write to its ephemeral storage
+	// together: /tmp, the home directory, /dev/shm and an in-memory
+	// workspace share one tmpfs of this size.
+	DiskBytes int64 `json:"disk_bytes,omitempty"`
+}
+
+// Secret is a value handed to a process without passing through its
+// environment, argv or any disk: it appears inside as a sealed in-memory
+// file whose path is in the environment variable Name+"_FILE", and its
+// value is redacted from captured output.
+type Secret struct {
+	Name  string `json:"name"`
+	Value []byte `json:"-"`
 }
 
 // Process describes one command to run inside a sandbox.
@@ -60,6 +78,11 @@ type Process struct {
 
 	// OutputLimit caps each captured stream (default 2,000,000 bytes).
 	OutputLimit int `json:"output_limit,omitempty"`
+	// SpillDir, if set, receives the whole of a captured stream that
+	// went past OutputLimit, as a file the Result names.
+	SpillDir string `json:"spill_dir,omitempty"`
+	// Secrets are handed to the process as sealed in-memory files.
+	Secrets []Secret `json:"-"`
 
 	// Stdin, Stdout and Stderr are the host-side ends of the process's
 	// standard streams. Nil Stdin means /dev/null; a nil Stdout or Stderr

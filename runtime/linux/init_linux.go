@@ -71,6 +71,12 @@ func initSandbox(conn *guest.Conn) (*guest.Setup, error) {
 		return nil, stageErr("receive setup", fmt.Errorf("unexpected message %q", m.Type))
 	}
 	s := m.Setup
+	// The host has moved this process into the sandbox's cgroup before
+	// sending setup: a cgroup namespace made now is rooted there.
+	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+		closeFDs(fds)
+		return nil, stageErr("cgroup namespace", err)
+	}
 	// Descriptors other than stdio and the control socket must not reach
 	// anything the sandbox runs (CVE-2024-21626 leaked a host directory fd
 	// as a usable cwd); everything above stdio becomes close-on-exec.

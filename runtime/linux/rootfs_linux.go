@@ -66,18 +66,8 @@ func buildRoot(s *guest.Setup, trees []int) error {
 	if err := buildProc(root); err != nil {
 		return err
 	}
-	tmpOpts := "size=" + strconv.FormatInt(s.TmpBytes, 10)
-	if err := mountTmpfs(root+"/tmp", "mode=1777,"+tmpOpts); err != nil {
+	if err := mountScratch(root, s); err != nil {
 		return err
-	}
-	ids := fmt.Sprintf("uid=%d,gid=%d,", s.UID, s.GID)
-	if err := mountTmpfs(root+homeDir, ids+"mode=0700,"+tmpOpts); err != nil {
-		return err
-	}
-	if s.MemoryWorkspace {
-		if err := mountTmpfs(root+workspaceDir, ids+"mode=0755,"+tmpOpts); err != nil {
-			return err
-		}
 	}
 	if err := attachTrees(root, s.Mounts, trees); err != nil {
 		return err
@@ -150,13 +140,6 @@ func setAttr(path string, attr uint64) error {
 	return stageErr("set mount attributes of "+path, err)
 }
 
-func mountTmpfs(dst, opts string) error {
-	if err := os.MkdirAll(dst, 0o755); err != nil {
-		return stageErr("mkdir "+dst, err)
-	}
-	return stageErr("mount tmpfs "+dst, unix.Mount("tmpfs", dst, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts))
-}
-
 // buildEtc mounts a read-only overlay of the host's /etc under the layer
 // the host prepared (etcLayer): identity files replaced, secrets whited out.
 func buildEtc(root string, s *guest.Setup) error {
@@ -195,14 +178,78 @@ func buildDev(root string, s *guest.Setup) error {
 		"newinstance,ptmxmode=0666,mode=0620,gid=5"); err != nil {
 		return stageErr("mount devpts", err)
 	}
-	if err := mountTmpfs(dev+"/shm", "mode=1777,size="+strconv.FormatInt(s.TmpBytes, 10)); err != nil {
-		return err
-	}
 	links := [][2]string{{"pts/ptmx", "ptmx"}, {"/proc/self/fd", "fd"}, {"/proc/self/fd/0", "stdin"},
 		{"/proc/self/fd/1", "stdout"}, {"/proc/self/fd/2", "stderr"}}
 	for _, l := range links {
 		if err := unix.Symlink(l[0], dev+"/"+l[1]); err != nil {
 			return stageErr("symlink /dev/"+l[1], err)
+		}
+	}
+	return nil
+}
+
+// scratchDir is one of the sandbox's ephemeral writable directories.
+type scratchDir struct {
+	name, target string
+	mode         uint32
+	owned        bool // owned by the sandbox user rather than root
+}
+
+// mountScratch gives the sandbox its ephemeral writable places (/tmp,
+// home, /dev/shm and an in-memory workspace) as directories of ONE tmpfs of
+// s.DiskBytes, so that --disk caps all of them together. The tmpfs is
+// created detached (fsopen/fsmount) and never appears anywhere but at the
+// targets.
+func mountScratch(root string, s *guest.Setup) error {
+	dirs := []scratchDir{
+		{"tmp", "/tmp", 0o1777, false},
+		{"home", homeDir, 0o700, true},
+		{"shm", "/dev/shm", 0o1777, false},
+	}
+	if s.MemoryWorkspace {
+		dirs = append(dirs, scratchDir{"workspace", workspaceDir, 0o755, true})
+	}
+	fsfd, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return stageErr("scratch tmpfs", err)
+	}
+	defer unix.Close(fsfd)
+	for _, kv := range [][2]string{{"size", strconv.FormatInt(s.DiskBytes, 10)}, {"mode", "0755"}} {
+		if err := unix.FsconfigSetString(fsfd, kv[0], kv[1]); err != nil {
+			return stageErr("scratch tmpfs "+kv[0], err)
+		}
+	}
+	if err := unix.FsconfigCreate(fsfd); err != nil {
+		return stageErr("scratch tmpfs", err)
+	}
+	mfd, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	if err != nil {
+		return stageErr("scratch tmpfs", err)
+	}
+	defer unix.Close(mfd)
+	for _, d := range dirs {
+		if err := unix.Mkdirat(mfd, d.name, 0o700); err != nil {
+			return stageErr("scratch "+d.name, err)
+		}
+		if err := unix.Fchmodat(mfd, d.name, d.mode, 0); err != nil {
+			return stageErr("scratch "+d.name, err)
+		}
+		if d.owned {
+			if err := unix.Fchownat(mfd, d.name, s.UID, s.GID, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				return stageErr("scratch "+d.name, err)
+			}
+		}
+		tree, err := unix.OpenTree(mfd, d.name, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		if err != nil {
+			return stageErr("scratch "+d.name, err)
+		}
+		err = os.MkdirAll(root+d.target, 0o755)
+		if err == nil {
+			err = unix.MoveMount(tree, "", unix.AT_FDCWD, root+d.target, unix.MOVE_MOUNT_F_EMPTY_PATH)
+		}
+		unix.Close(tree)
+		if err != nil {
+			return stageErr("mount "+d.target, err)
 		}
 	}
 	return nil

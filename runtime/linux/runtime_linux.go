@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -19,9 +20,10 @@ import (
 
 // Defaults of the runtime.
 const (
-	// DefaultTmpBytes sizes /tmp, the home dir, /dev/shm and an in-memory
-	// workspace when the spec does not.
-	DefaultTmpBytes = 256 << 20
+	// DefaultDiskBytes sizes the tmpfs behind /tmp, the home dir,
+	// /dev/shm and an in-memory workspace when neither the spec nor the
+	// runtime's defaults do.
+	DefaultDiskBytes = 1 << 30
 	// DefaultKillGrace is how long a process has between SIGTERM and
 	// SIGKILL when its call times out or is cancelled.
 	DefaultKillGrace = 2 * time.Second
@@ -45,6 +47,11 @@ func WithStateDir(d string) Option { return func(r *Runtime) { r.stateDir = d } 
 // WithKillGrace sets the SIGTERM→SIGKILL grace period.
 func WithKillGrace(d time.Duration) Option { return func(r *Runtime) { r.killGrace = d } }
 
+// WithDefaults sets the limits a spec gets for every field it leaves zero
+// (an operator's config file). A zero here means no limit, except
+// DiskBytes, which falls back to DefaultDiskBytes.
+func WithDefaults(l sandbox.Limits) Option { return func(r *Runtime) { r.defaults = l } }
+
 // WithLogger sets the logger for runtime events.
 func WithLogger(l *slog.Logger) Option { return func(r *Runtime) { r.log = l } }
 
@@ -55,6 +62,53 @@ type Runtime struct {
 	killGrace time.Duration
 	log       *slog.Logger
 	landlock  int
+	defaults  sandbox.Limits
+
+	cgroupsOnce sync.Once
+	cgroups     *cgroupLayout
+}
+
+// cgroupLayout returns the host's cgroup hierarchies, found once.
+func (r *Runtime) cgroupLayout() *cgroupLayout {
+	r.cgroupsOnce.Do(func() { r.cgroups = findCgroups() })
+	return r.cgroups
+}
+
+// limitsFor fills the zero fields of l from the runtime's defaults.
+func (r *Runtime) limitsFor(l sandbox.Limits) sandbox.Limits {
+	if l.MemoryBytes == 0 {
+		l.MemoryBytes = r.defaults.MemoryBytes
+	}
+	if l.CPUs == 0 {
+		l.CPUs = r.defaults.CPUs
+	}
+	if l.Pids == 0 {
+		l.Pids = r.defaults.Pids
+	}
+	if l.DiskBytes == 0 {
+		l.DiskBytes = r.defaults.DiskBytes
+	}
+	if l.DiskBytes <= 0 {
+		l.DiskBytes = DefaultDiskBytes
+	}
+	return l
+}
+
+// validLimits rejects limits the kernel could not enforce as asked.
+func validLimits(l sandbox.Limits) error {
+	switch {
+	case l.MemoryBytes < 0 || l.Pids < 0 || l.DiskBytes < 0 || l.CPUs < 0:
+		return fmt.Errorf("%w: limits must not be negative", sandbox.ErrInvalidSpec)
+	case l.MemoryBytes > 0 && l.MemoryBytes < 16<<20:
+		return fmt.Errorf("%w: memory limit %d is below the 16 MiB a sandbox needs to start", sandbox.ErrInvalidSpec, l.MemoryBytes)
+	case l.Pids > 0 && l.Pids < 8:
+		return fmt.Errorf("%w: pids limit %d is below the 8 a sandbox needs to start", sandbox.ErrInvalidSpec, l.Pids)
+	case l.CPUs > 0 && l.CPUs*cpuPeriod < 1000:
+		return fmt.Errorf("%w: cpus %g is below the kernel's minimum quota (0.01)", sandbox.ErrInvalidSpec, l.CPUs)
+	case l.DiskBytes > 0 && l.DiskBytes < 1<<20:
+		return fmt.Errorf("%w: disk limit %d is below 1 MiB", sandbox.ErrInvalidSpec, l.DiskBytes)
+	}
+	return nil
 }
 
 var _ sandbox.Runtime = (*Runtime)(nil)
@@ -151,6 +205,14 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	if err := validateSpec(spec); err != nil {
 		return nil, err
 	}
+	limits := r.limitsFor(spec.Limits)
+	if err := validLimits(limits); err != nil {
+		return nil, err
+	}
+	layout := r.cgroupLayout()
+	if layout.err != nil {
+		return nil, layout.err
+	}
 	var cu cleanup
 	defer func() {
 		if retErr != nil {
@@ -199,8 +261,11 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 		Files: []*os.File{devNull, devNull, errW, agentSock},
 		Env:   []string{},
 		Sys: &syscall.SysProcAttr{
+			// The cgroup namespace is made by the init itself once the
+			// host has moved it into its cgroup (v1 has no clone into a
+			// cgroup), so that its root is the sandbox's cgroup.
 			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
-				unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP,
+				unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
 			UidMappings:                idMap,
 			GidMappings:                idMap,
 			GidMappingsEnableSetgroups: true,
@@ -215,7 +280,15 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	}
 	cu.add(func() { _ = proc.Kill(); _, _ = proc.Wait() })
 
-	// While the init boots, assemble what it will need.
+	// While the init boots: its cgroup, then what it will need.
+	cg, err := newCgroup(layout, slot.slot, limits)
+	if err != nil {
+		return nil, &sandbox.SetupError{Stage: "cgroup", Err: err}
+	}
+	cu.add(cg.destroy)
+	if err := cg.add(proc.Pid); err != nil {
+		return nil, &sandbox.SetupError{Stage: "cgroup", Err: err}
+	}
 	prog, err := seccomp.Default().Assemble()
 	if err != nil {
 		return nil, &sandbox.SetupError{Stage: "seccomp", Err: err}
@@ -224,22 +297,19 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	if err != nil {
 		return nil, &sandbox.SetupError{Stage: "etc layer", Err: err}
 	}
-	sb := newSandbox(r, proc, guest.NewConn(hostSock), errR, slot, oneShot)
+	sb := newSandbox(r, proc, guest.NewConn(hostSock), errR, slot, cg, oneShot)
 	sb.created = created
 	r.log.Debug("init started", "sandbox", sb.id, "after", time.Since(created).String())
 	setup := &guest.Setup{
 		Hostname:        hostname,
 		EtcLayer:        layer,
 		Seccomp:         encodeBPF(prog),
-		TmpBytes:        spec.Limits.TmpBytes,
+		DiskBytes:       limits.DiskBytes,
 		UID:             sandboxUID,
 		GID:             sandboxGID,
 		MemoryWorkspace: spec.Workspace == "",
 		LandlockABI:     r.landlock,
 		OneShot:         oneShot,
-	}
-	if setup.TmpBytes <= 0 {
-		setup.TmpBytes = DefaultTmpBytes
 	}
 	fds := make([]int, len(trees))
 	for i, t := range trees {
@@ -250,12 +320,17 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 		return nil, &sandbox.SetupError{Stage: "send setup", Err: err}
 	}
 	sb.enforcement = r.Enforcement()
+	sb.enforcement.Limits = limits
+	sb.enforcement.Cgroup = layout.describe()
 	sb.enforcement.UIDRange = fmt.Sprintf("0:%d:%d", base, uidsPer)
 	sb.enforcement.WorkspaceIDMap = "idmapped"
 	if spec.Workspace == "" {
 		sb.enforcement.WorkspaceIDMap = "owned (in-memory workspace)"
 	}
 	sb.start()
+	if n, err := sweepCgroups(layout, r.stateDir); err != nil || n > 0 {
+		r.log.Debug("reclaimed leftover cgroups", "count", n, "err", err)
+	}
 	return sb, nil
 }
 

@@ -35,12 +35,14 @@ type linuxSandbox struct {
 	proc        *os.Process
 	conn        *guest.Conn
 	slot        *uidSlot
+	cg          *sandboxCgroup
 	oneShot     bool
 	enforcement sandbox.Enforcement
 	created     time.Time
 
 	initErr *boundedBuffer // the init's own stderr, for diagnostics
 	exited  chan struct{}  // closed when the init has exited
+	readEnd chan struct{}  // closed when the init's socket is closed
 	ready   chan error     // setup outcome, buffered
 
 	mu      sync.Mutex
@@ -56,11 +58,12 @@ type msgWithFDs struct {
 	fds []int
 }
 
-func newSandbox(r *Runtime, proc *os.Process, conn *guest.Conn, initErr *os.File, slot *uidSlot, oneShot bool) *linuxSandbox {
+func newSandbox(r *Runtime, proc *os.Process, conn *guest.Conn, initErr *os.File, slot *uidSlot, cg *sandboxCgroup, oneShot bool) *linuxSandbox {
 	sb := &linuxSandbox{
-		r: r, id: "sb-" + itoa(proc.Pid), proc: proc, conn: conn, slot: slot, oneShot: oneShot,
+		r: r, id: "sb-" + itoa(slot.slot), proc: proc, conn: conn, slot: slot, cg: cg, oneShot: oneShot,
 		initErr: &boundedBuffer{max: 8 << 10},
 		exited:  make(chan struct{}),
+		readEnd: make(chan struct{}),
 		ready:   make(chan error, 1),
 		waiters: map[uint64]chan *msgWithFDs{},
 	}
@@ -87,6 +90,7 @@ func (s *linuxSandbox) start() {
 // process messages to their waiter. When the socket closes, every waiter
 // is told.
 func (s *linuxSandbox) readLoop() {
+	defer close(s.readEnd)
 	for {
 		m, fds, err := s.conn.Recv()
 		if err != nil {
@@ -143,6 +147,23 @@ func setupErr(e *guest.ErrInfo) error {
 		return &sandbox.SetupError{Stage: "setup", Err: errors.New("unknown error")}
 	}
 	return &sandbox.SetupError{Stage: e.Stage, Err: errors.New(e.Message)}
+}
+
+// sendFailure explains a failed send to the init: usually the init has
+// exited because its setup failed, and its own report says why.
+func (s *linuxSandbox) sendFailure(err error) error {
+	<-s.readEnd
+	select {
+	case e := <-s.ready:
+		if e != nil {
+			return e
+		}
+	default:
+	}
+	if errors.Is(err, sandbox.ErrClosed) {
+		return err
+	}
+	return &sandbox.SetupError{Stage: "send exec", Err: err}
 }
 
 // agentGone describes an init that went away without saying why.
@@ -221,7 +242,7 @@ func (s *linuxSandbox) exec(ctx context.Context, p *sandbox.Process, start time.
 	}
 	id, ch, err := s.register()
 	if err != nil {
-		return setupFail(err)
+		return setupFail(s.sendFailure(err))
 	}
 	defer s.unregister(id)
 
@@ -269,10 +290,10 @@ func (s *linuxSandbox) exec(ctx context.Context, p *sandbox.Process, start time.
 		errW.Close()
 		if err != nil {
 			closeStreams(streams, stdinW)
-			return setupFail(&sandbox.SetupError{Stage: "send exec", Err: err})
+			return setupFail(s.sendFailure(err))
 		}
 	} else if err := s.conn.Send(&guest.Message{Type: guest.MsgExec, ID: id, Exec: ex}); err != nil {
-		return setupFail(&sandbox.SetupError{Stage: "send exec", Err: err})
+		return setupFail(s.sendFailure(err))
 	}
 	for _, st := range streams {
 		go st.copy(mark)
@@ -511,6 +532,7 @@ func (s *linuxSandbox) Shutdown(ctx context.Context) error {
 		case <-s.exited:
 		case <-ctx.Done():
 		}
+		s.cg.destroy()
 		s.slot.release()
 	})
 	return nil

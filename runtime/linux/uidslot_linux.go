@@ -64,6 +64,12 @@ func leaseUIDSlot(stateDir string) (*uidSlot, error) {
 	return nil, errNoSlot
 }
 
+// unlock drops this descriptor's lock on byte slot.
+func unlock(f *os.File, slot int) error {
+	lk := unix.Flock_t{Type: unix.F_UNLCK, Whence: 0, Start: int64(slot), Len: 1}
+	return unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk)
+}
+
 // tryLock takes the OFD write lock on byte slot of f without waiting.
 func tryLock(f *os.File, slot int) (bool, error) {
 	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: int64(slot), Len: 1}

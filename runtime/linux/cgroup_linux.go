@@ -1,0 +1,263 @@
+package linux
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/opencontainers/cgroups"
+	"github.com/opencontainers/cgroups/fs"
+	"github.com/opencontainers/cgroups/fs2"
+	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/sandbox"
+)
+
+// cgroupParent is the cgroup, in every hierarchy moat uses, under which each
+// sandbox gets a cgroup of its own named after its uid slot. moat creates
+// and removes these and never writes into a cgroup it did not create (the
+// parent itself is created once and left in place, empty).
+const cgroupParent = "moat"
+
+// cpuPeriod is the CFS period for --cpus quotas, in microseconds.
+const cpuPeriod = 100_000
+
+// v1Controllers are the cgroup v1 controllers a sandbox's limits need.
+var v1Controllers = []string{"memory", "cpu", "cpuacct", "pids"}
+
+// cgroupLayout is where this host's cgroup hierarchies are.
+type cgroupLayout struct {
+	v2 bool
+	// mounts maps a v1 controller to its hierarchy's mount point; for v2
+	// the key "" holds the unified mount point.
+	mounts map[string]string
+	// swapLimit says the kernel can limit swap (memsw on v1, swap.max
+	// on v2); swapOn says the host has active swap.
+	swapLimit, swapOn bool
+	err               error
+}
+
+// describe names the layout for the enforcement report.
+func (l *cgroupLayout) describe() string {
+	if l.v2 {
+		return "v2"
+	}
+	return "v1 (" + strings.Join(v1Controllers, ", ") + ")"
+}
+
+// findCgroups locates the hierarchies once per runtime.
+func findCgroups() *cgroupLayout {
+	l := &cgroupLayout{mounts: map[string]string{}}
+	if cgroups.IsCgroup2UnifiedMode() {
+		l.v2 = true
+		l.mounts[""] = "/sys/fs/cgroup"
+		// memory.swap.max exists in every non-root cgroup of a v2 kernel
+		// built with swap accounting, which is the default.
+		l.swapLimit = true
+	} else {
+		for _, c := range v1Controllers {
+			mnt, err := cgroups.FindCgroupMountpoint("", c)
+			if err != nil {
+				l.err = fmt.Errorf("%w: cgroup controller %q is not mounted: %v", sandbox.ErrUnsupported, c, err)
+				return l
+			}
+			l.mounts[c] = mnt
+		}
+		_, err := os.Stat(filepath.Join(l.mounts["memory"], "memory.memsw.limit_in_bytes"))
+		l.swapLimit = err == nil
+	}
+	if b, err := os.ReadFile("/proc/swaps"); err == nil {
+		l.swapOn = strings.Count(strings.TrimSpace(string(b)), "\n") > 0
+	}
+	return l
+}
+
+// paths returns the cgroup directories of sandbox slot in each hierarchy.
+func (l *cgroupLayout) paths(slot int) map[string]string {
+	name := strconv.Itoa(slot)
+	p := make(map[string]string, len(l.mounts))
+	for c, mnt := range l.mounts {
+		p[c] = filepath.Join(mnt, cgroupParent, name)
+	}
+	return p
+}
+
+// sandboxCgroup is one sandbox's cgroup (one directory per hierarchy).
+type sandboxCgroup struct {
+	mgr   cgroups.Manager
+	paths map[string]string
+	once  sync.Once
+}
+
+// newCgroup creates the cgroup of slot with lim's limits. A directory left
+// by a crashed moat that held the same slot is reclaimed first (the slot's
+// lease proves nobody else owns it).
+func newCgroup(l *cgroupLayout, slot int, lim sandbox.Limits) (*sandboxCgroup, error) {
+	if l.err != nil {
+		return nil, l.err
+	}
+	paths := l.paths(slot)
+	if err := reclaimCgroup(paths); err != nil {
+		return nil, err
+	}
+	res := &cgroups.Resources{SkipDevices: true}
+	if lim.MemoryBytes > 0 {
+		res.Memory = lim.MemoryBytes
+		switch {
+		case l.swapLimit:
+			res.MemorySwap = lim.MemoryBytes // memory+swap == memory: no swap
+		case l.swapOn:
+			return nil, fmt.Errorf("%w: the host has swap but the kernel cannot limit it per cgroup (swap accounting is off), so --memory cannot keep the sandbox out of swap", sandbox.ErrUnsupported)
+		}
+	}
+	if lim.CPUs > 0 {
+		res.CpuPeriod = cpuPeriod
+		res.CpuQuota = int64(lim.CPUs * cpuPeriod)
+	}
+	if lim.Pids > 0 {
+		pids := lim.Pids
+		res.PidsLimit = &pids
+	}
+	cg := &cgroups.Cgroup{Resources: res}
+	var (
+		mgr cgroups.Manager
+		err error
+	)
+	if l.v2 {
+		mgr, err = fs2.NewManager(cg, paths[""])
+	} else {
+		mgr, err = fs.NewManager(cg, paths)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cgroup: %w", err)
+	}
+	c := &sandboxCgroup{mgr: mgr, paths: paths}
+	if err := mgr.Apply(-1); err != nil {
+		c.destroy()
+		return nil, fmt.Errorf("create cgroup: %w", err)
+	}
+	if err := mgr.Set(res); err != nil {
+		c.destroy()
+		return nil, fmt.Errorf("set cgroup limits: %w", err)
+	}
+	return c, nil
+}
+
+// add moves pid (with all its threads) into the cgroup.
+func (c *sandboxCgroup) add(pid int) error {
+	if err := c.mgr.AddPid("", pid); err != nil {
+		return fmt.Errorf("join cgroup: %w", err)
+	}
+	return nil
+}
+
+// usage is what the cgroup accounted for the sandbox.
+type usage struct {
+	peakMemory         int64
+	userNs, sysNs      int64
+	oomKills           uint64
+	statsErr, oomError error
+}
+
+func (c *sandboxCgroup) usage() usage {
+	var u usage
+	st, err := c.mgr.GetStats()
+	if err != nil {
+		u.statsErr = err
+	} else {
+		u.peakMemory = int64(st.MemoryStats.Usage.MaxUsage)
+		u.userNs = int64(st.CpuStats.CpuUsage.UsageInUsermode)
+		u.sysNs = int64(st.CpuStats.CpuUsage.UsageInKernelmode)
+	}
+	u.oomKills, u.oomError = c.mgr.OOMKillCount()
+	return u
+}
+
+// destroy kills anything left in the cgroup and removes its directories.
+// Safe to call more than once.
+func (c *sandboxCgroup) destroy() {
+	c.once.Do(func() {
+		killCgroup(c.paths)
+		_ = c.mgr.Destroy()
+	})
+}
+
+// killCgroup SIGKILLs every process found in the cgroup directories.
+func killCgroup(paths map[string]string) {
+	for _, p := range paths {
+		pids, err := cgroups.GetAllPids(p)
+		if err != nil {
+			continue
+		}
+		for _, pid := range pids {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+	}
+}
+
+// reclaimCgroup removes a leftover cgroup at paths (from a moat that died
+// without cleaning up): its processes are killed, its directories removed.
+func reclaimCgroup(paths map[string]string) error {
+	exists := false
+	for _, p := range paths {
+		if _, err := os.Stat(p); err == nil {
+			exists = true
+		}
+	}
+	if !exists {
+		return nil
+	}
+	killCgroup(paths)
+	if err := cgroups.RemovePaths(paths); err != nil {
+		return fmt.Errorf("reclaim leftover cgroup: %w", err)
+	}
+	return nil
+}
+
+// sweepCgroups reclaims the cgroups of every slot that no live moat holds:
+// leftovers of crashed moats. Slots held by live sandboxes (this process's
+// included: the sweep takes its locks through a descriptor of its own, and
+// OFD locks of different descriptors conflict) are skipped.
+func sweepCgroups(l *cgroupLayout, stateDir string) (int, error) {
+	if l.err != nil {
+		return 0, l.err
+	}
+	leases, err := os.OpenFile(filepath.Join(stateDir, slotsFile), os.O_RDWR, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer leases.Close()
+	var dir string
+	for c, mnt := range l.mounts {
+		if c == "" || c == "memory" {
+			dir = filepath.Join(mnt, cgroupParent)
+		}
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return 0, nil
+		}
+		return 0, err
+	}
+	n := 0
+	for _, e := range ents {
+		slot, err := strconv.Atoi(e.Name())
+		if err != nil || !e.IsDir() || slot < 0 || slot >= uidSlots {
+			continue
+		}
+		ok, err := tryLock(leases, slot)
+		if err != nil || !ok {
+			continue
+		}
+		if reclaimCgroup(l.paths(slot)) == nil {
+			n++
+		}
+		_ = unlock(leases, slot)
+	}
+	return n, nil
+}
