@@ -108,6 +108,12 @@ func (a *Agent) start(id uint64, e *Exec, fds []int) {
 		return
 	}
 	files := []uintptr{uintptr(0), 0, 0}
+	secretFDs, err := secretFiles(e.Secrets, a.setup.UID, a.setup.GID)
+	defer closeAll(secretFDs)
+	if err != nil {
+		fail("secrets", 125, err)
+		return
+	}
 	var master *os.File
 	if e.TTY {
 		m, s, err := pty.Open()
@@ -125,6 +131,9 @@ func (a *Agent) start(id uint64, e *Exec, fds []int) {
 		for i := range files {
 			files[i] = uintptr(fds[i])
 		}
+	}
+	for _, fd := range secretFDs {
+		files = append(files, uintptr(fd))
 	}
 	attr := &syscall.ProcAttr{
 		Dir:   e.Cwd,
@@ -157,6 +166,41 @@ func (a *Agent) start(id uint64, e *Exec, fds []int) {
 		return
 	}
 	_ = a.conn.Send(started)
+}
+
+// secretFiles turns each secret into a sealed, read-only memfd owned by
+// the sandbox user: the value lives only in memory, cannot be changed, and
+// goes away with the last process holding it.
+func secretFiles(secrets []SecretFile, uid, gid int) ([]int, error) {
+	var fds []int
+	for _, s := range secrets {
+		fd, err := unix.MemfdCreate("moat-secret-"+s.Name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+		if err != nil {
+			return fds, err
+		}
+		fds = append(fds, fd)
+		for b := s.Value; len(b) > 0; {
+			n, err := unix.Write(fd, b)
+			if err != nil {
+				return fds, err
+			}
+			b = b[n:]
+		}
+		if _, err := unix.Seek(fd, 0, 0); err != nil {
+			return fds, err
+		}
+		seals := unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
+			return fds, err
+		}
+		if err := unix.Fchown(fd, uid, gid); err != nil {
+			return fds, err
+		}
+		if err := unix.Fchmod(fd, 0o400); err != nil {
+			return fds, err
+		}
+	}
+	return fds, nil
 }
 
 // signal delivers sig to the process group of process id (its session).

@@ -106,7 +106,20 @@ type Exec struct {
 	TTY  bool     `json:"tty,omitempty"`
 	Rows uint16   `json:"rows,omitempty"`
 	Cols uint16   `json:"cols,omitempty"`
+	// Secrets become sealed memfds at descriptors 3, 4, … of the
+	// process, in order; the host has already put NAME_FILE=/dev/fd/N in
+	// Env.
+	Secrets []SecretFile `json:"secrets,omitempty"`
 }
+
+// SecretFile is one secret's value for a process.
+type SecretFile struct {
+	Name  string `json:"name"`
+	Value []byte `json:"value"`
+}
+
+// SecretFD is the descriptor number of the i-th secret in a process.
+func SecretFD(i int) int { return 3 + i }
 
 // Exit is a process's end as the agent saw it.
 type Exit struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -13,11 +14,20 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
+	"github.com/moat-sandbox/moat/config"
 	"github.com/moat-sandbox/moat/runtime/linux"
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
 type runFlags struct {
+	config      string
+	memory      string
+	cpus        float64
+	pids        int64
+	disk        string
+	outputLimit string
+	secrets     []string
+	spill       string
 	workspace   string
 	ro, rw      []string
 	interactive bool
@@ -68,6 +78,14 @@ func runCommand() *command {
 			fl.DurationVar(&f.timeout, "timeout", 0, "kill the whole process tree after `DURATION` (exit 124); 0 means none")
 			fl.BoolVar(&f.json, "json", false, "capture output and print one JSON result object instead of streaming")
 			fl.StringVar(&f.sh, "sh", "", "run `STRING` with /bin/sh -c inside the sandbox")
+			fl.StringVar(&f.memory, "memory", "", "memory limit `SIZE` (e.g. 512m, 2GiB); swap is off; past it the OOM killer ends the call (exit 137, exit_reason oom)")
+			fl.Float64Var(&f.cpus, "cpus", 0, "CPU quota in `CPUS` (e.g. 0.5)")
+			fl.Int64Var(&f.pids, "pids", 0, "maximum number of processes and threads `N`")
+			fl.StringVar(&f.disk, "disk", "", "`SIZE` of the one tmpfs behind /tmp, home, /dev/shm and an in-memory workspace (writes past it get ENOSPC)")
+			fl.StringVar(&f.outputLimit, "output-limit", "", "cap each captured stream at `BYTES`: the first and last halves are kept (--json)")
+			fl.StringArrayVar(&f.secrets, "secret", nil, "hand the command a secret read from a host file, `NAME=@FILE`: inside it is the sealed in-memory file $NAME_FILE and it is redacted from output (repeatable)")
+			fl.StringVar(&f.spill, "spill", "", "with --json, write a stream that passes the output limit in full to a file in `DIR` (named in the result)")
+			fl.StringVar(&f.config, "config", "", "operator config `FILE` with default limits (default $MOAT_CONFIG or "+config.DefaultPath+")")
 		},
 		run: func(ctx context.Context, args []string) error { return runRun(ctx, f, args) },
 	}
@@ -95,7 +113,15 @@ func runRun(ctx context.Context, f *runFlags, args []string) error {
 	if f.timeout < 0 {
 		return fmt.Errorf("%w: --timeout must not be negative", sandbox.ErrInvalidSpec)
 	}
-	spec := &sandbox.Spec{Workspace: f.workspace}
+	defaults, err := config.Load(f.config)
+	if err != nil {
+		return err
+	}
+	limits, err := f.limits()
+	if err != nil {
+		return err
+	}
+	spec := &sandbox.Spec{Workspace: f.workspace, Limits: limits}
 	for _, v := range f.ro {
 		b, err := parseBind(v, false)
 		if err != nil {
@@ -110,7 +136,20 @@ func runRun(ctx context.Context, f *runFlags, args []string) error {
 		}
 		spec.Binds = append(spec.Binds, b)
 	}
-	proc := &sandbox.Process{Args: args, Env: f.env, Cwd: f.cwd, TTY: f.tty}
+	proc := &sandbox.Process{Args: args, Env: f.env, Cwd: f.cwd, TTY: f.tty, OutputLimit: defaults.OutputLimit, SpillDir: f.spill}
+	if f.outputLimit != "" {
+		n, err := config.ParseSize(f.outputLimit)
+		if err != nil || n <= 0 || n > 1<<31 {
+			return fmt.Errorf("%w: --output-limit: must be a size above 0 and at most 2 GiB", sandbox.ErrInvalidSpec)
+		}
+		proc.OutputLimit = int(n)
+	}
+	if f.spill != "" && !f.json {
+		return fmt.Errorf("%w: --spill needs --json (without it output streams through, nothing is truncated)", sandbox.ErrInvalidSpec)
+	}
+	if proc.Secrets, err = readSecrets(f.secrets); err != nil {
+		return err
+	}
 	if !f.json {
 		proc.Stdout, proc.Stderr = os.Stdout, os.Stderr
 	}
@@ -129,9 +168,12 @@ func runRun(ctx context.Context, f *runFlags, args []string) error {
 	defer signal.Stop(sigs)
 	proc.Signals = sigs
 
-	rt, err := linux.New()
+	rt, err := linux.New(linux.WithDefaults(defaults.Limits), linux.WithKillGrace(defaults.KillGrace))
 	if err != nil {
 		return err
+	}
+	if f.timeout == 0 {
+		f.timeout = defaults.Timeout
 	}
 	if f.timeout > 0 {
 		var cancel context.CancelFunc
@@ -157,6 +199,65 @@ func runRun(ctx context.Context, f *runFlags, args []string) error {
 		fmt.Fprintf(os.Stderr, "moat: timed out after %s; the process tree was killed\n", f.timeout)
 	}
 	return &exitError{code: res.ExitCode}
+}
+
+// limits reads the limit flags; unset ones are zero (the config's
+// defaults apply).
+func (f *runFlags) limits() (sandbox.Limits, error) {
+	var l sandbox.Limits
+	var err error
+	if f.memory != "" {
+		if l.MemoryBytes, err = config.ParseSize(f.memory); err != nil || l.MemoryBytes <= 0 {
+			return l, fmt.Errorf("%w: --memory: %s", sandbox.ErrInvalidSpec, sizeErr(err))
+		}
+	}
+	if f.disk != "" {
+		if l.DiskBytes, err = config.ParseSize(f.disk); err != nil || l.DiskBytes <= 0 {
+			return l, fmt.Errorf("%w: --disk: %s", sandbox.ErrInvalidSpec, sizeErr(err))
+		}
+	}
+	if f.cpus < 0 || f.pids < 0 {
+		return l, fmt.Errorf("%w: --cpus and --pids must not be negative", sandbox.ErrInvalidSpec)
+	}
+	l.CPUs, l.Pids = f.cpus, f.pids
+	return l, nil
+}
+
+func sizeErr(err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return "must be above 0"
+}
+
+// maxSecretFile bounds what --secret reads from a host file.
+const maxSecretFile = 64 << 10
+
+// readSecrets reads NAME=@FILE secrets. A literal value is refused: on the
+// command line it would be visible to every user through ps.
+func readSecrets(specs []string) ([]sandbox.Secret, error) {
+	var out []sandbox.Secret
+	for _, spec := range specs {
+		name, ref, ok := strings.Cut(spec, "=")
+		path, isFile := strings.CutPrefix(ref, "@")
+		if !ok || name == "" || !isFile || path == "" {
+			return nil, fmt.Errorf("%w: --secret %q: want NAME=@FILE (a literal value on the command line would be visible in ps)", sandbox.ErrInvalidSpec, name)
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --secret %s: %v", sandbox.ErrInvalidSpec, name, err)
+		}
+		b, err := io.ReadAll(io.LimitReader(f, maxSecretFile+1))
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%w: --secret %s: %v", sandbox.ErrInvalidSpec, name, err)
+		}
+		if len(b) > maxSecretFile {
+			return nil, fmt.Errorf("%w: --secret %s: file larger than %d bytes", sandbox.ErrInvalidSpec, name, maxSecretFile)
+		}
+		out = append(out, sandbox.Secret{Name: name, Value: b})
+	}
+	return out, nil
 }
 
 // setupTTY puts the caller's terminal (if stdin is one) in raw mode and

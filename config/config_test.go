@@ -1,0 +1,73 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParse(t *testing.T) {
+	d, err := Parse("c.toml", []byte(`
+[limits]
+memory = "512m"
+cpus = 0.5
+pids = 64
+disk = "2GiB"
+timeout = "90s"
+kill_grace = "500ms"
+output_limit = "1m"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Limits.MemoryBytes != 512<<20 || d.Limits.CPUs != 0.5 || d.Limits.Pids != 64 || d.Limits.DiskBytes != 2<<30 ||
+		d.Timeout != 90*time.Second || d.KillGrace != 500*time.Millisecond || d.OutputLimit != 1<<20 {
+		t.Fatalf("%+v", d)
+	}
+	// Unset keys keep the built-in defaults.
+	d, err = Parse("c.toml", []byte("[limits]\npids = 10\n"))
+	if err != nil || d.Limits.Pids != 10 || d.Limits.MemoryBytes != BuiltIn().Limits.MemoryBytes {
+		t.Fatalf("%+v %v", d, err)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	cases := map[string]string{
+		"[limits]\nmemroy = \"1g\"\n":     "unknown key",
+		"[limits]\nmemory = \"lots\"\n":   "limits.memory",
+		"[limits]\ncpus = -1\n":           "limits.cpus",
+		"[limits]\ndisk = \"0\"\n":        "limits.disk",
+		"[limits]\ntimeout = \"soon\"\n":  "limits.timeout",
+		"[limits]\nkill_grace = \"0s\"\n": "limits.kill_grace",
+		"[limits]\npids = \"many\"\n":     "c.toml:2",
+		"[limits\n":                       "c.toml:1",
+	}
+	for text, want := range cases {
+		_, err := Parse("c.toml", []byte(text))
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: err %v, want one mentioning %q", text, err, want)
+		}
+	}
+}
+
+func TestLoad(t *testing.T) {
+	t.Setenv("MOAT_CONFIG", "")
+	p := filepath.Join(t.TempDir(), "config.toml")
+	if _, err := Load(p); err == nil {
+		t.Fatal("a named missing file must be an error")
+	}
+	if err := os.WriteFile(p, []byte("[limits]\npids = 7\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d, err := Load(p)
+	if err != nil || d.Limits.Pids != 7 || d.Source != p {
+		t.Fatalf("%+v %v", d, err)
+	}
+	t.Setenv("MOAT_CONFIG", p)
+	if d, err := Load(""); err != nil || d.Limits.Pids != 7 {
+		t.Fatalf("MOAT_CONFIG: %+v %v", d, err)
+	}
+}

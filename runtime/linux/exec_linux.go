@@ -1,0 +1,503 @@
+package linux
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/guest"
+	"github.com/moat-sandbox/moat/output"
+	"github.com/moat-sandbox/moat/sandbox"
+)
+
+// Limits on what one process request may carry.
+const (
+	maxSecrets     = 16
+	maxSecretBytes = 64 << 10
+)
+
+var secretName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+
+// call is one process being run: its request, streams and outcome.
+type call struct {
+	s     *linuxSandbox
+	p     *sandbox.Process
+	start time.Time
+	id    uint64
+	ch    chan *msgWithFDs
+
+	secrets  map[string][]byte
+	streams  []*stream
+	stdinW   *os.File
+	pty      *os.File
+	firstOut atomic.Int64 // ns since start of the first output byte
+
+	timedOut, cancelled bool
+	exit                *guest.Exit
+	execErr             *guest.ErrInfo
+	oomBefore           uint64
+}
+
+// stream is one output stream being copied from the sandbox.
+type stream struct {
+	r       *os.File
+	w       io.Writer // the caller's writer or capture, behind redaction
+	capture *output.Capture
+	spill   *spillFile
+	n       atomic.Int64
+	done    chan struct{}
+}
+
+// exec runs p and builds its Result; start is when the call began.
+func (s *linuxSandbox) exec(ctx context.Context, p *sandbox.Process, start time.Time) (*sandbox.Result, error) {
+	c := &call{s: s, p: p, start: start}
+	ex, err := c.request()
+	if err != nil {
+		return c.setupFail(err)
+	}
+	if c.id, c.ch, err = s.register(); err != nil {
+		return c.setupFail(s.sendFailure(err))
+	}
+	defer s.unregister(c.id)
+	if !s.oneShot {
+		c.oomBefore, _ = s.cg.mgr.OOMKillCount()
+	}
+	if err := c.send(ex); err != nil {
+		c.closeStreams()
+		return c.setupFail(err)
+	}
+	if err := c.wait(ctx); err != nil {
+		c.closeStreams()
+		return c.setupFail(err)
+	}
+	c.drain()
+	return c.result()
+}
+
+func (c *call) setupFail(err error) (*sandbox.Result, error) {
+	r := sandbox.SetupResult(err)
+	r.Enforcement = c.s.enforcement
+	r.DurationMs = time.Since(c.start).Milliseconds()
+	return r, err
+}
+
+// request validates the process and builds the agent's exec message.
+func (c *call) request() (*guest.Exec, error) {
+	p := c.p
+	if len(p.Args) == 0 {
+		return nil, fmt.Errorf("%w: no command", sandbox.ErrInvalidSpec)
+	}
+	if p.OutputLimit < 0 {
+		return nil, fmt.Errorf("%w: output limit must not be negative", sandbox.ErrInvalidSpec)
+	}
+	env, err := mergeEnv(defaultEnv(), p.Env)
+	if err != nil {
+		return nil, err
+	}
+	cwd := p.Cwd
+	if cwd == "" {
+		cwd = workspaceDir
+	}
+	if !filepath.IsAbs(cwd) {
+		return nil, fmt.Errorf("%w: cwd %q is not absolute", sandbox.ErrInvalidSpec, cwd)
+	}
+	if p.SpillDir != "" {
+		if fi, err := os.Stat(p.SpillDir); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("%w: spill directory %s is not a directory", sandbox.ErrInvalidSpec, p.SpillDir)
+		}
+	}
+	ex := &guest.Exec{Args: p.Args, Cwd: filepath.Clean(cwd), TTY: p.TTY}
+	if len(p.Secrets) > maxSecrets {
+		return nil, fmt.Errorf("%w: %d secrets, at most %d", sandbox.ErrInvalidSpec, len(p.Secrets), maxSecrets)
+	}
+	c.secrets = map[string][]byte{}
+	var secretEnv []string
+	for i, sec := range p.Secrets {
+		switch {
+		case !secretName.MatchString(sec.Name):
+			return nil, fmt.Errorf("%w: secret name %q must match %s", sandbox.ErrInvalidSpec, sec.Name, secretName)
+		case len(sec.Value) == 0 || len(sec.Value) > maxSecretBytes:
+			return nil, fmt.Errorf("%w: secret %s must hold 1 to %d bytes", sandbox.ErrInvalidSpec, sec.Name, maxSecretBytes)
+		case c.secrets[sec.Name] != nil:
+			return nil, fmt.Errorf("%w: secret %s given twice", sandbox.ErrInvalidSpec, sec.Name)
+		}
+		c.secrets[sec.Name] = sec.Value
+		ex.Secrets = append(ex.Secrets, guest.SecretFile{Name: sec.Name, Value: sec.Value})
+		secretEnv = append(secretEnv, fmt.Sprintf("%s_FILE=/dev/fd/%d", sec.Name, guest.SecretFD(i)))
+	}
+	// The secrets' paths go last so that --env cannot point them elsewhere.
+	if ex.Env, err = mergeEnv(env, secretEnv); err != nil {
+		return nil, err
+	}
+	if p.InitialSize != nil {
+		ex.Rows, ex.Cols = p.InitialSize.Rows, p.InitialSize.Cols
+	}
+	return ex, nil
+}
+
+// newStream sets up the copy of one output stream to w, or into a capture
+// (and spill file) when w is nil, with secrets redacted either way.
+func (c *call) newStream(r *os.File, w io.Writer, name string) (*stream, error) {
+	st := &stream{r: r, done: make(chan struct{})}
+	if w == nil {
+		st.capture = output.NewCapture(c.p.OutputLimit)
+		w = st.capture
+		if c.p.SpillDir != "" {
+			sp, err := newSpill(c.p.SpillDir, name)
+			if err != nil {
+				return nil, err
+			}
+			st.spill = sp
+			w = io.MultiWriter(st.capture, sp)
+		}
+	}
+	st.w = output.NewRedactor(w, c.secrets)
+	c.streams = append(c.streams, st)
+	return st, nil
+}
+
+// send creates the stdio pipes and hands the request to the agent.
+func (c *call) send(ex *guest.Exec) error {
+	msg := &guest.Message{Type: guest.MsgExec, ID: c.id, Exec: ex}
+	if c.p.TTY {
+		if err := c.s.conn.Send(msg); err != nil {
+			return c.s.sendFailure(err)
+		}
+		return nil
+	}
+	stdinR, stdinW, err := stdinFor(c.p.Stdin)
+	if err != nil {
+		return err
+	}
+	defer stdinR.Close()
+	c.stdinW = stdinW
+	var childEnds []*os.File
+	defer func() {
+		for _, f := range childEnds {
+			f.Close()
+		}
+	}()
+	for _, out := range []struct {
+		w    io.Writer
+		name string
+	}{{c.p.Stdout, "stdout"}, {c.p.Stderr, "stderr"}} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return err
+		}
+		childEnds = append(childEnds, w)
+		if _, err := c.newStream(r, out.w, out.name); err != nil {
+			r.Close()
+			return err
+		}
+	}
+	if err := c.s.conn.Send(msg, int(stdinR.Fd()), int(childEnds[0].Fd()), int(childEnds[1].Fd())); err != nil {
+		return c.s.sendFailure(err)
+	}
+	for _, st := range c.streams {
+		go st.copy(c.mark)
+	}
+	if c.stdinW != nil {
+		go copyStdin(c.stdinW, c.p.Stdin)
+	}
+	return nil
+}
+
+func (c *call) mark() { c.firstOut.CompareAndSwap(0, int64(time.Since(c.start))) }
+
+// wait follows the process until it exits or fails to start, applying
+// timeouts, cancellation and forwarded signals. An error means the sandbox
+// itself failed (setup error, init gone).
+func (c *call) wait(ctx context.Context) error {
+	s := c.s
+	var grace <-chan time.Time
+	done := ctx.Done()
+	readyCh := s.ready
+	for {
+		select {
+		case mf, ok := <-c.ch:
+			if !ok {
+				return nil // the init is gone; result() decides why
+			}
+			switch mf.m.Type {
+			case guest.MsgStarted:
+				if c.p.TTY && len(mf.fds) == 1 {
+					c.attachPTY(mf.fds[0])
+					mf.fds = nil
+				}
+				closeFDs(mf.fds)
+			case guest.MsgExit:
+				closeFDs(mf.fds)
+				c.exit = mf.m.Exit
+				return nil
+			case guest.MsgError:
+				closeFDs(mf.fds)
+				c.execErr = mf.m.Error
+				return nil
+			default:
+				closeFDs(mf.fds)
+			}
+		case err := <-readyCh:
+			readyCh = nil
+			if err != nil {
+				s.kill()
+				return err
+			}
+		case sig := <-c.p.Signals:
+			if ss, ok := sig.(syscall.Signal); ok {
+				s.signal(c.id, int(ss))
+			}
+		case <-done:
+			done = nil
+			c.timedOut = errors.Is(ctx.Err(), context.DeadlineExceeded)
+			c.cancelled = !c.timedOut
+			s.signal(c.id, int(unix.SIGTERM))
+			grace = time.After(s.r.killGrace)
+		case <-grace:
+			grace = nil
+			s.signal(c.id, int(unix.SIGKILL))
+			if s.oneShot {
+				s.kill()
+			}
+		}
+	}
+}
+
+// drain waits for the output copies to end. A one-shot sandbox ends with
+// its process, so every holder of the pipes is gone and the copies reach
+// EOF; in a long-lived one a background child may keep them open, so
+// reading stops drainTimeout after the exit.
+func (c *call) drain() {
+	s := c.s
+	s.r.log.Debug("process ended", "sandbox", s.id, "after", time.Since(s.created).String())
+	switch {
+	case c.exit == nil && c.execErr == nil:
+		s.kill()
+		<-s.exited
+	case s.oneShot:
+		<-s.exited
+	default:
+		for _, st := range c.streams {
+			_ = st.r.SetReadDeadline(time.Now().Add(drainTimeout))
+		}
+	}
+	for _, st := range c.streams {
+		<-st.done
+		st.r.Close()
+	}
+	if c.pty != nil {
+		c.pty.Close()
+	}
+	if c.stdinW != nil {
+		c.stdinW.Close()
+	}
+	s.r.log.Debug("output drained", "sandbox", s.id, "after", time.Since(s.created).String())
+}
+
+// result turns the call's outcome into a Result.
+func (c *call) result() (*sandbox.Result, error) {
+	s := c.s
+	res := &sandbox.Result{Enforcement: s.enforcement, TimeToFirstOutputMs: -1}
+	res.DurationMs = time.Since(c.start).Milliseconds()
+	if f := c.firstOut.Load(); f > 0 {
+		res.TimeToFirstOutputMs = time.Duration(f).Milliseconds()
+	}
+	c.collectOutput(res)
+	u := s.cg.usage()
+	oom := u.oomError == nil && u.oomKills > c.oomBefore
+	switch {
+	case c.timedOut:
+		res.ExitCode, res.ExitReason = sandbox.ExitTimeout, sandbox.ReasonTimeout
+		res.Error = "timed out; the process tree was killed"
+	case c.cancelled:
+		res.ExitCode, res.ExitReason = sandbox.ExitSignalBase+int(unix.SIGKILL), sandbox.ReasonKilled
+		res.Error = "cancelled; the process tree was killed"
+	case c.execErr != nil:
+		res.ExitCode, res.Error = c.execErr.Code, c.execErr.Message
+		res.ExitReason = sandbox.ReasonExited
+		if c.execErr.Code == sandbox.ExitSetupFailed {
+			res.ExitReason = sandbox.ReasonSetupError
+			res.Error = c.execErr.Stage + ": " + c.execErr.Message
+		}
+	case oom && (c.exit == nil || c.exit.Signal == int(unix.SIGKILL)):
+		res.ExitCode, res.ExitReason, res.Signal = sandbox.ExitSignalBase+int(unix.SIGKILL), sandbox.ReasonOOM, int(unix.SIGKILL)
+		res.Error = fmt.Sprintf("out of memory: the kernel killed a process at the sandbox's %d-byte limit", s.enforcement.Limits.MemoryBytes)
+	case c.exit == nil:
+		err := s.agentGone()
+		select {
+		case e := <-s.ready:
+			if e != nil {
+				err = e
+			}
+		default:
+		}
+		return c.setupFail(err)
+	case c.exit.Signal != 0:
+		res.ExitCode, res.ExitReason, res.Signal = sandbox.ExitSignalBase+c.exit.Signal, sandbox.ReasonSignaled, c.exit.Signal
+	default:
+		res.ExitCode, res.ExitReason = c.exit.Code, sandbox.ReasonExited
+	}
+	if c.exit != nil {
+		res.CPUUserMs = c.exit.UserUsec / 1000
+		res.CPUSysMs = c.exit.SysUsec / 1000
+		res.PeakMemoryBytes = c.exit.MaxRSS
+	}
+	// A one-shot sandbox is the call: its cgroup's accounting covers
+	// every process of it, daemonised children included.
+	if s.oneShot && u.statsErr == nil {
+		res.CPUUserMs = u.userNs / 1e6
+		res.CPUSysMs = u.sysNs / 1e6
+		res.PeakMemoryBytes = u.peakMemory
+	}
+	return res, nil
+}
+
+// collectOutput fills the result's stream fields.
+func (c *call) collectOutput(res *sandbox.Result) {
+	for i, st := range c.streams {
+		n := st.n.Load()
+		var text, spilled string
+		if st.capture != nil {
+			text = st.capture.String()
+			trunc := st.capture.Truncated()
+			res.Truncated = res.Truncated || trunc
+			if st.spill != nil {
+				spilled = st.spill.finish(trunc)
+			}
+		}
+		if i%2 == 0 {
+			res.StdoutBytes, res.Stdout, res.OutputFile = res.StdoutBytes+n, res.Stdout+text, spilled
+		} else {
+			res.StderrBytes, res.Stderr, res.StderrFile = res.StderrBytes+n, res.Stderr+text, spilled
+		}
+	}
+}
+
+func (c *call) closeStreams() {
+	for _, st := range c.streams {
+		st.r.Close()
+		if st.spill != nil {
+			st.spill.finish(false)
+		}
+	}
+	if c.stdinW != nil {
+		c.stdinW.Close()
+	}
+}
+
+// attachPTY takes the pty master the init sent and bridges it to the
+// caller's streams.
+func (c *call) attachPTY(fd int) {
+	_ = unix.SetNonblock(fd, true)
+	master := os.NewFile(uintptr(fd), "pty-master")
+	c.pty = master
+	// The output side reads a duplicate so that closing the input side
+	// does not cut the output short.
+	rfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	st, err := c.newStream(os.NewFile(uintptr(rfd), "pty-out"), c.p.Stdout, "stdout")
+	if err != nil {
+		unix.Close(rfd)
+		return
+	}
+	go st.copy(c.mark)
+	if c.p.Stdin != nil {
+		go func() { _, _ = io.Copy(master, c.p.Stdin) }()
+	}
+	if c.p.Resize != nil {
+		go func() {
+			for ws := range c.p.Resize {
+				_ = pty.Setsize(master, &pty.Winsize{Rows: ws.Rows, Cols: ws.Cols})
+			}
+		}()
+	}
+}
+
+// copy moves the stream to its writer, marking the first byte; a pty's
+// EIO at hang-up is its EOF.
+func (st *stream) copy(mark func()) {
+	defer close(st.done)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := st.r.Read(buf)
+		if n > 0 {
+			mark()
+			st.n.Add(int64(n))
+			_, _ = st.w.Write(buf[:n])
+		}
+		if err != nil {
+			break
+		}
+	}
+	if f, ok := st.w.(*output.Redactor); ok {
+		_ = f.Flush()
+	}
+}
+
+// stdinFor returns the read end handed to the process and, when the caller
+// supplies input, the write end to copy it into.
+func stdinFor(in io.Reader) (*os.File, *os.File, error) {
+	if in == nil {
+		f, err := os.Open(os.DevNull)
+		return f, nil, err
+	}
+	return os.Pipe()
+}
+
+func copyStdin(w *os.File, in io.Reader) {
+	_, _ = io.Copy(w, in)
+	w.Close()
+}
+
+// spillFile receives the whole of one captured stream.
+type spillFile struct {
+	f      *os.File
+	failed bool
+}
+
+func newSpill(dir, name string) (*spillFile, error) {
+	f, err := os.CreateTemp(dir, "moat-*."+name)
+	if err != nil {
+		return nil, fmt.Errorf("spill file: %w", err)
+	}
+	return &spillFile{f: f}, nil
+}
+
+// Write never fails the stream: a spill that cannot be written is dropped.
+func (sp *spillFile) Write(p []byte) (int, error) {
+	if !sp.failed {
+		if _, err := sp.f.Write(p); err != nil {
+			sp.failed = true
+		}
+	}
+	return len(p), nil
+}
+
+// finish closes the file and returns its path when it holds a stream that
+// was truncated in the capture; otherwise (or if writing failed) it is
+// removed.
+func (sp *spillFile) finish(keep bool) string {
+	if sp.f == nil {
+		return ""
+	}
+	name := sp.f.Name()
+	err := sp.f.Close()
+	sp.f = nil
+	if keep && !sp.failed && err == nil {
+		return name
+	}
+	os.Remove(name)
+	return ""
+}
