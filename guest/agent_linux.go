@@ -89,6 +89,9 @@ func (a *Agent) start(id uint64, e *Exec, fds []int) {
 	defer closeAll(fds)
 	fail := func(stage string, code int, err error) {
 		_ = a.conn.Send(&Message{Type: MsgError, ID: id, Error: &ErrInfo{Stage: stage, Message: err.Error(), Code: code}})
+		if a.setup.OneShot {
+			a.once.Do(func() { close(a.done) })
+		}
 	}
 	if e == nil || len(e.Args) == 0 {
 		fail("exec", 125, errors.New("no command"))

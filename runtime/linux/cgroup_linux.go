@@ -147,10 +147,26 @@ func newCgroup(l *cgroupLayout, slot int, lim sandbox.Limits) (*sandboxCgroup, e
 	return c, nil
 }
 
-// add moves pid (with all its threads) into the cgroup.
-func (c *sandboxCgroup) add(pid int) error {
-	if err := c.mgr.AddPid("", pid); err != nil {
-		return fmt.Errorf("join cgroup: %w", err)
+// addInit places a sandbox's init in the cgroup.
+//
+// On cgroup v1 only the init's main thread (tid == pid) moves: it is the
+// thread that forks every sandbox process, so they all start inside, while
+// the Go runtime's other threads stay outside. The runtime creates new
+// threads through its template thread while the main thread is locked, so
+// a sandbox that exhausts its pids limit can never starve the init of the
+// threads it needs to report the result. On v2, whose domain controllers
+// take whole processes, the init moves as a whole.
+func (c *sandboxCgroup) addInit(pid int) error {
+	if v2 := c.paths[""] != ""; v2 {
+		if err := c.mgr.AddPid("", pid); err != nil {
+			return fmt.Errorf("join cgroup: %w", err)
+		}
+		return nil
+	}
+	for ctrl, p := range c.paths {
+		if err := cgroups.WriteFile(p, "tasks", strconv.Itoa(pid)); err != nil {
+			return fmt.Errorf("join %s cgroup: %w", ctrl, err)
+		}
 	}
 	return nil
 }

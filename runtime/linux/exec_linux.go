@@ -61,6 +61,9 @@ type stream struct {
 // exec runs p and builds its Result; start is when the call began.
 func (s *linuxSandbox) exec(ctx context.Context, p *sandbox.Process, start time.Time) (*sandbox.Result, error) {
 	c := &call{s: s, p: p, start: start}
+	if s.closing.Load() {
+		return c.setupFail(sandbox.ErrClosed)
+	}
 	ex, err := c.request()
 	if err != nil {
 		return c.setupFail(err)
@@ -281,7 +284,7 @@ func (c *call) drain() {
 	s := c.s
 	s.r.log.Debug("process ended", "sandbox", s.id, "after", time.Since(s.created).String())
 	switch {
-	case c.exit == nil && c.execErr == nil:
+	case c.exit == nil && c.execErr == nil, s.oneShot && c.execErr != nil:
 		s.kill()
 		<-s.exited
 	case s.oneShot:

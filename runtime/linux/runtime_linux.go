@@ -286,7 +286,7 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 		return nil, &sandbox.SetupError{Stage: "cgroup", Err: err}
 	}
 	cu.add(cg.destroy)
-	if err := cg.add(proc.Pid); err != nil {
+	if err := cg.addInit(proc.Pid); err != nil {
 		return nil, &sandbox.SetupError{Stage: "cgroup", Err: err}
 	}
 	prog, err := seccomp.Default().Assemble()

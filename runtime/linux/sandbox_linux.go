@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -44,6 +45,7 @@ type linuxSandbox struct {
 	closed  bool
 
 	shutdown sync.Once
+	closing  atomic.Bool
 }
 
 type msgWithFDs struct {
@@ -216,6 +218,7 @@ func (s *linuxSandbox) kill() {
 // releases the sandbox's host resources.
 func (s *linuxSandbox) Shutdown(ctx context.Context) error {
 	s.shutdown.Do(func() {
+		s.closing.Store(true)
 		s.conn.Close()
 		s.kill()
 		select {

@@ -1,0 +1,116 @@
+package linux
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moat-sandbox/moat/internal/testutil"
+	"github.com/moat-sandbox/moat/sandbox"
+)
+
+// TestMain lets this test binary serve as the sandbox init and the
+// user-namespace holder, as the moat binary does.
+func TestMain(m *testing.M) {
+	switch {
+	case IsInit():
+		Init()
+	case IsUsernsHold():
+		UsernsHold()
+	}
+	os.Exit(m.Run())
+}
+
+func newTestRuntime(t *testing.T) *Runtime {
+	t.Helper()
+	testutil.RequireRoot(t)
+	// The default init path, /proc/self/exe, is this test binary.
+	r, err := New(WithKillGrace(500 * time.Millisecond))
+	if err != nil {
+		testutil.SkipOrFail(t, err.Error())
+	}
+	return r
+}
+
+// TestLongLivedSandbox: a sandbox outlives one command; state written by
+// one process is seen by the next; Shutdown removes its cgroup.
+func TestLongLivedSandbox(t *testing.T) {
+	r := newTestRuntime(t)
+	ctx := context.Background()
+	sb, err := r.Create(ctx, &sandbox.Spec{Limits: sandbox.Limits{Pids: 64}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := sb.(*linuxSandbox)
+	paths := ls.cg.paths
+	for i, script := range []string{"echo one > /workspace/f", "cat /workspace/f; echo two >> /workspace/f", "cat /workspace/f"} {
+		res, err := sb.Exec(ctx, &sandbox.Process{Args: []string{"/bin/sh", "-c", script}})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("exec %d: %v %+v", i, err, res)
+		}
+		if i == 2 && res.Stdout != "one\ntwo\n" {
+			t.Fatalf("state lost between processes: %q", res.Stdout)
+		}
+	}
+	if err := sb.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range paths {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("cgroup %s left after Shutdown", p)
+		}
+	}
+	if _, err := sb.Exec(ctx, &sandbox.Process{Args: []string{"true"}}); !errors.Is(err, sandbox.ErrClosed) {
+		t.Fatalf("exec after shutdown: %v", err)
+	}
+}
+
+// TestCancelIsKilled: a cancelled call ends with exit_reason killed.
+func TestCancelIsKilled(t *testing.T) {
+	r := newTestRuntime(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	var out bytes.Buffer
+	started := make(chan struct{})
+	w := writerFunc(func(p []byte) (int, error) {
+		out.Write(p)
+		if strings.Contains(out.String(), "up") {
+			select {
+			case <-started:
+			default:
+				close(started)
+			}
+		}
+		return len(p), nil
+	})
+	go func() {
+		<-started
+		cancel()
+	}()
+	res, err := r.Run(ctx, nil, &sandbox.Process{Args: []string{"/bin/sh", "-c", "echo up; exec sleep 100"}, Stdout: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitReason != sandbox.ReasonKilled || res.ExitCode != 137 {
+		t.Fatalf("reason %s code %d", res.ExitReason, res.ExitCode)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestCreateSetupErrorLeavesNothing: a sandbox whose setup fails in the
+// init reports the stage and leaves no cgroup.
+func TestCreateSetupErrorLeavesNothing(t *testing.T) {
+	r := newTestRuntime(t)
+	// A bind target under a read-only system dir cannot be created.
+	_, err := r.Create(context.Background(), &sandbox.Spec{Binds: []sandbox.Bind{{Source: t.TempDir(), Target: "/usr/moat-no-such-dir"}}})
+	var se *sandbox.SetupError
+	if !errors.As(err, &se) || !errors.Is(err, sandbox.ErrSetup) || !strings.Contains(se.Stage, "/usr/moat-no-such-dir") {
+		t.Fatalf("err %v", err)
+	}
+}
