@@ -95,14 +95,19 @@ type sandboxCgroup struct {
 
 // newCgroup creates the cgroup of slot with lim's limits. A directory left
 // by a crashed moat that held the same slot is reclaimed first (the slot's
-// lease proves nobody else owns it).
+// lease proves nobody else owns it). With no memory, CPU or pids limit it
+// creates nothing and returns nil (a nil *sandboxCgroup is valid: its
+// methods do nothing and usage falls back to getrusage).
 func newCgroup(l *cgroupLayout, slot int, lim sandbox.Limits) (*sandboxCgroup, error) {
-	if l.err != nil {
-		return nil, l.err
-	}
 	paths := l.paths(slot)
 	if err := reclaimCgroup(paths); err != nil {
 		return nil, err
+	}
+	if lim.MemoryBytes == 0 && lim.CPUs == 0 && lim.Pids == 0 {
+		return nil, nil
+	}
+	if l.err != nil {
+		return nil, l.err
 	}
 	res := &cgroups.Resources{SkipDevices: true}
 	if lim.MemoryBytes > 0 {
@@ -157,6 +162,9 @@ func newCgroup(l *cgroupLayout, slot int, lim sandbox.Limits) (*sandboxCgroup, e
 // threads it needs to report the result. On v2, whose domain controllers
 // take whole processes, the init moves as a whole.
 func (c *sandboxCgroup) addInit(pid int) error {
+	if c == nil {
+		return nil
+	}
 	if v2 := c.paths[""] != ""; v2 {
 		if err := c.mgr.AddPid("", pid); err != nil {
 			return fmt.Errorf("join cgroup: %w", err)
@@ -171,6 +179,18 @@ func (c *sandboxCgroup) addInit(pid int) error {
 	return nil
 }
 
+// errNoCgroup: the sandbox has no cgroup (no limits were asked for).
+var errNoCgroup = errors.New("sandbox has no cgroup")
+
+// oomKills is the cgroup's OOM-kill count (0 without a cgroup).
+func (c *sandboxCgroup) oomKills() uint64 {
+	if c == nil {
+		return 0
+	}
+	n, _ := c.mgr.OOMKillCount()
+	return n
+}
+
 // usage is what the cgroup accounted for the sandbox.
 type usage struct {
 	peakMemory         int64
@@ -181,6 +201,10 @@ type usage struct {
 
 func (c *sandboxCgroup) usage() usage {
 	var u usage
+	if c == nil {
+		u.statsErr = errNoCgroup
+		return u
+	}
 	st, err := c.mgr.GetStats()
 	if err != nil {
 		u.statsErr = err
@@ -196,6 +220,9 @@ func (c *sandboxCgroup) usage() usage {
 // destroy kills anything left in the cgroup and removes its directories.
 // Safe to call more than once.
 func (c *sandboxCgroup) destroy() {
+	if c == nil {
+		return
+	}
 	c.once.Do(func() {
 		killCgroup(c.paths)
 		_ = c.mgr.Destroy()

@@ -73,7 +73,7 @@ func (s *linuxSandbox) exec(ctx context.Context, p *sandbox.Process, start time.
 	}
 	defer s.unregister(c.id)
 	if !s.oneShot {
-		c.oomBefore, _ = s.cg.mgr.OOMKillCount()
+		c.oomBefore = s.cg.oomKills()
 	}
 	if err := c.send(ex); err != nil {
 		c.closeStreams()

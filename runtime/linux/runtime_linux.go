@@ -210,9 +210,6 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 		return nil, err
 	}
 	layout := r.cgroupLayout()
-	if layout.err != nil {
-		return nil, layout.err
-	}
 	var cu cleanup
 	defer func() {
 		if retErr != nil {
@@ -321,7 +318,9 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	}
 	sb.enforcement = r.Enforcement()
 	sb.enforcement.Limits = limits
-	sb.enforcement.Cgroup = layout.describe()
+	if cg != nil {
+		sb.enforcement.Cgroup = layout.describe()
+	}
 	sb.enforcement.UIDRange = fmt.Sprintf("0:%d:%d", base, uidsPer)
 	sb.enforcement.WorkspaceIDMap = "idmapped"
 	if spec.Workspace == "" {
