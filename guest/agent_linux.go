@@ -101,10 +101,12 @@ func (a *Agent) start(id uint64, e *Exec, fds []int) {
 		fail("exec", 125, errors.New("stdio descriptors missing"))
 		return
 	}
-	if fi, err := os.Stat(e.Cwd); err != nil || !fi.IsDir() {
-		fail("cwd", 125, errors.New("working directory "+e.Cwd+" does not exist in the sandbox"))
+	cwdFD, err := openCwd(e.Cwd)
+	if err != nil {
+		fail("cwd", 125, err)
 		return
 	}
+	defer unix.Close(cwdFD)
 	path, code, err := lookPath(e.Args[0], e.Cwd, envPath(e.Env))
 	if err != nil {
 		fail("exec", code, err)
@@ -139,7 +141,6 @@ func (a *Agent) start(id uint64, e *Exec, fds []int) {
 		files = append(files, uintptr(fd))
 	}
 	attr := &syscall.ProcAttr{
-		Dir:   e.Cwd,
 		Env:   e.Env,
 		Files: files,
 		Sys: &syscall.SysProcAttr{
@@ -152,7 +153,17 @@ func (a *Agent) start(id uint64, e *Exec, fds []int) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	// The child inherits the working directory from this thread: enter
+	// the descriptor opened beneath the root, fork, and return to "/".
+	// Forks happen only here, on the goroutine that runs Serve.
+	if err := unix.Fchdir(cwdFD); err != nil {
+		fail("cwd", 125, err)
+		return
+	}
 	pid, err := syscall.ForkExec(path, e.Args, attr)
+	if cerr := unix.Chdir("/"); cerr != nil && err == nil {
+		err = cerr
+	}
 	if err != nil {
 		if master != nil {
 			master.Close()
@@ -169,6 +180,26 @@ func (a *Agent) start(id uint64, e *Exec, fds []int) {
 		return
 	}
 	_ = a.conn.Send(started)
+}
+
+// openCwd opens a process's working directory beneath the sandbox root,
+// refusing magic links (/proc/self/fd/N, /proc/<pid>/cwd …): whatever
+// descriptors exist, a working directory can only be a real directory of
+// the sandbox's own tree.
+func openCwd(cwd string) (int, error) {
+	root, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(root)
+	fd, err := unix.Openat2(root, cwd, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return -1, errors.New("working directory " + cwd + ": " + err.Error())
+	}
+	return fd, nil
 }
 
 // secretFiles turns each secret into a sealed, read-only memfd owned by

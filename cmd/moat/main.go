@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/spf13/pflag"
+	"golang.org/x/sys/unix"
 
 	"github.com/moat-sandbox/moat/runtime/linux"
 	"github.com/moat-sandbox/moat/sandbox"
@@ -33,6 +34,9 @@ func main() {
 	case linux.IsUsernsHold():
 		linux.UsernsHold()
 	}
+	// Descriptors moat inherited must not reach anything it starts; the
+	// sandbox's init also closes whatever it inherits.
+	_ = unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
 	if os.Getenv("MOAT_LOG") == "debug" {
 		slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	}

@@ -140,9 +140,16 @@ func applyLandlock(mounts []guest.Mount, memoryWorkspace bool, abi int) error {
 		}
 	}
 	devFiles := []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"}
+	writable := landlock.RWDirs(rw...)
+	if abi >= 2 {
+		// REFER lets files move between directories of the writable
+		// roots (mv, npm's and git's renames); without it rename(2)
+		// across directories fails with EXDEV.
+		writable = writable.WithRefer()
+	}
 	rules := []landlock.Rule{
 		landlock.RODirs("/"),
-		landlock.RWDirs(rw...),
+		writable,
 		// Terminal ioctls need IOCTL_DEV on the device files.
 		landlock.RWFiles(devFiles...).WithIoctlDev(),
 		landlock.RWDirs("/dev/pts").WithIoctlDev(),

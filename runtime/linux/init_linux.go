@@ -34,6 +34,15 @@ func Init() {
 	// a sandbox process happen on this one thread, which is never handed
 	// back to the Go scheduler.
 	runtime.LockOSThread()
+	// Close every descriptor the init inherited beyond stdio and the
+	// control socket, before anything else can use one: a directory fd
+	// leaked by whoever started moat would otherwise be a way out of the
+	// root, e.g. as a process's cwd through /proc/self/fd/N
+	// (CVE-2024-21626).
+	if err := unix.CloseRange(controlFD+1, ^uint(0), 0); err != nil {
+		fmt.Fprintln(os.Stderr, "moat init: close inherited descriptors:", err)
+		os.Exit(1)
+	}
 	conn, err := guest.FileConn(controlFD)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "moat init:", err)

@@ -330,16 +330,22 @@ func attachTrees(root string, mounts []guest.Mount, trees []int) error {
 }
 
 // makeMountpoint opens (creating if needed) the directory or file at rel
-// beneath rootFD without ever leaving the root, and returns an O_PATH fd.
+// beneath rootFD and returns an O_PATH fd. No symlink may appear on the
+// way: a link planted in a workspace by an earlier run could otherwise
+// steer a bind onto the sandbox's own /etc, /proc or /dev.
 func makeMountpoint(rootFD int, rel string, file bool) (int, error) {
 	rel = strings.TrimPrefix(filepath.Clean("/"+rel), "/")
 	if rel == "" {
 		return -1, errors.New("cannot mount over /")
 	}
 	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}
-	if fd, err := unix.Openat2(rootFD, rel, how); err == nil {
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS}
+	fd, err := unix.Openat2(rootFD, rel, how)
+	if err == nil {
 		return fd, nil
+	}
+	if errors.Is(err, unix.ELOOP) {
+		return -1, errors.New("a symlink is on the path")
 	}
 	parent, name := filepath.Split(rel)
 	pfd := rootFD
@@ -378,7 +384,7 @@ func mkdirBeneath(rootFD int, rel string) error {
 			next = cur + "/" + part
 		}
 		how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}
+			Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS}
 		fd, err := unix.Openat2(rootFD, next, how)
 		if err == nil {
 			unix.Close(fd)

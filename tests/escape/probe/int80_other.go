@@ -1,0 +1,7 @@
+//go:build !amd64
+
+package main
+
+const haveInt80 = false
+
+func int80(nr, a1, a2, a3 uintptr) uintptr { panic("int80: not x86-64") }
