@@ -50,7 +50,7 @@ if [[ $EUID -ne 0 ]]; then
 fi
 
 log "building moat"
-CGO_ENABLED=0 go build -o bin/moat ./cmd/moat
+CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o bin/moat ./cmd/moat
 
 mkdir -p bench/results
 rm -f bench/results/startup.json bench/results/startup.md
@@ -64,6 +64,12 @@ if [[ -f bench/results/startup.md ]]; then
 	echo
 	cat bench/results/startup.md
 fi
+
+log "running bench/syscall (seccomp, Landlock and mount overhead, inside vs outside)"
+rm -f bench/results/syscall.json bench/results/syscall.md
+CGO_ENABLED=0 go run ./bench/syscall --moat bin/moat \
+	--json bench/results/syscall.json \
+	--markdown bench/results/syscall.md || status=$?
 if ((status != 0)); then
 	log "benchmark failed (exit $status); see above"
 fi

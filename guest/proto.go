@@ -74,6 +74,10 @@ type Setup struct {
 	GID int `json:"gid"`
 	// Mounts are host trees handed over as detached mounts (FDs, in order).
 	Mounts []Mount `json:"mounts,omitempty"`
+	// CgroupJoinFDs is the number of descriptors after the mount trees:
+	// cgroup v1 "tasks" files the init's main thread writes "0" to, to
+	// move itself into the sandbox's cgroup.
+	CgroupJoinFDs int `json:"cgroup_join_fds,omitempty"`
 	// MemoryWorkspace mounts a tmpfs at /workspace owned by the sandbox user.
 	MemoryWorkspace bool `json:"memory_workspace,omitempty"`
 	// EtcLayer is the host directory stacked over the host's /etc

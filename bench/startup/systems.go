@@ -57,6 +57,11 @@ var systems = []system{
 		prepare: prepareMoat,
 	},
 	{
+		name:    "moat-nolimits",
+		about:   "moat run with an operator config that sets no memory, CPU or pids limit: the same sandbox without a cgroup (the cost of the limits is the difference)",
+		prepare: prepareMoatNoLimits,
+	},
+	{
 		name:    "bwrap",
 		about:   "bubblewrap with every namespace and binds comparable to moat's (read-only /usr and /etc, fresh /proc, /dev, /tmp, /workspace)",
 		prepare: prepareBwrap,
@@ -91,8 +96,30 @@ func prepareMoat(o *options) (*prepared, error) {
 	}
 	return &prepared{
 		argv:    []string{bin, "run", "--", benchCommand},
-		version: firstLine(versionOf(bin, "--version")),
+		version: firstLine(versionOf(bin, "version")),
 	}, nil
+}
+
+// noLimitsConfig is an operator config that turns off every cgroup limit.
+const noLimitsConfig = "[limits]\nmemory = \"0\"\ncpus = 0\npids = 0\n"
+
+func prepareMoatNoLimits(o *options) (*prepared, error) {
+	p, err := prepareMoat(o)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "moat-bench-config-")
+	if err != nil {
+		return nil, err
+	}
+	cfg := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(cfg, []byte(noLimitsConfig), 0o644); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	p.argv = []string{p.argv[0], "run", "--config", cfg, "--", benchCommand}
+	p.cleanup = func() { os.RemoveAll(dir) }
+	return p, nil
 }
 
 func prepareBwrap(*options) (*prepared, error) {

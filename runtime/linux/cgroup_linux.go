@@ -152,28 +152,55 @@ func newCgroup(l *cgroupLayout, slot int, lim sandbox.Limits) (*sandboxCgroup, e
 	return c, nil
 }
 
-// addInit places a sandbox's init in the cgroup.
-//
-// On cgroup v1 only the init's main thread (tid == pid) moves: it is the
-// thread that forks every sandbox process, so they all start inside, while
-// the Go runtime's other threads stay outside. The runtime creates new
-// threads through its template thread while the main thread is locked, so
-// a sandbox that exhausts its pids limit can never starve the init of the
-// threads it needs to report the result. On v2, whose domain controllers
-// take whole processes, the init moves as a whole.
-func (c *sandboxCgroup) addInit(pid int) error {
-	if c == nil {
-		return nil
+// taskFDs returns, on cgroup v1, the cgroup's "tasks" files opened for
+// writing by the host: the init's main thread writes "0" to each, moving
+// itself alone (joinSelf). That thread forks every sandbox process, so they
+// all start inside, while the Go runtime's other threads stay outside: it
+// creates new threads through its template thread while the main thread
+// is locked, so a sandbox that exhausts its pids limit can never starve
+// the init of threads. A thread that moves itself also skips the kernel's
+// global threadgroup lock (an RCU grace period, tens of ms on this host).
+// On v2 it returns nothing: see addProcess.
+func (c *sandboxCgroup) taskFDs() ([]int, error) {
+	if c == nil || c.paths[""] != "" {
+		return nil, nil
 	}
-	if v2 := c.paths[""] != ""; v2 {
-		if err := c.mgr.AddPid("", pid); err != nil {
-			return fmt.Errorf("join cgroup: %w", err)
+	var fds []int
+	for _, ctrl := range v1Controllers {
+		f, err := cgroups.OpenFile(c.paths[ctrl], "tasks", unix.O_WRONLY)
+		if err != nil {
+			closeFDs(fds)
+			return nil, fmt.Errorf("open %s cgroup: %w", ctrl, err)
 		}
+		fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		f.Close()
+		if err != nil {
+			closeFDs(fds)
+			return nil, err
+		}
+		fds = append(fds, fd)
+	}
+	return fds, nil
+}
+
+// addProcess moves the whole init into the cgroup on v2, whose domain
+// controllers take whole processes. On v1 it does nothing (taskFDs).
+func (c *sandboxCgroup) addProcess(pid int) error {
+	if c == nil || c.paths[""] == "" {
 		return nil
 	}
-	for ctrl, p := range c.paths {
-		if err := cgroups.WriteFile(p, "tasks", strconv.Itoa(pid)); err != nil {
-			return fmt.Errorf("join %s cgroup: %w", ctrl, err)
+	if err := c.mgr.AddPid("", pid); err != nil {
+		return fmt.Errorf("join cgroup: %w", err)
+	}
+	return nil
+}
+
+// joinSelf moves the calling thread into the cgroup whose "tasks" files
+// the host passed (see joinFDs). Runs in the init, on its main thread.
+func joinSelf(fds []int) error {
+	for _, fd := range fds {
+		if _, err := unix.Write(fd, []byte("0")); err != nil {
+			return err
 		}
 	}
 	return nil

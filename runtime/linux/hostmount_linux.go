@@ -117,23 +117,19 @@ func (c *idmapCache) userns(uid, gid uint32) (int, error) {
 	}
 	defer r.Close()
 	defer w.Close()
-	p, err := os.StartProcess(c.initPath, []string{"moat", UsernsHoldArg}, &os.ProcAttr{
-		Files: []*os.File{r},
-		Env:   []string{},
-		Sys: &syscall.SysProcAttr{
+	p, err := startChild(c.initPath, []string{"moat", UsernsHoldArg}, []*os.File{r},
+		&syscall.SysProcAttr{
 			Cloneflags:  unix.CLONE_NEWUSER,
 			UidMappings: []syscall.SysProcIDMap{{ContainerID: int(uid), HostID: int(c.sandboxUID), Size: 1}},
 			GidMappings: []syscall.SysProcIDMap{{ContainerID: int(gid), HostID: int(c.sandboxGID), Size: 1}},
 			Pdeathsig:   syscall.SIGKILL,
-		},
-	})
+		})
 	if err != nil {
 		return -1, fmt.Errorf("idmap user namespace: %w", err)
 	}
-	fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", p.Pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", p.pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	w.Close()
-	_ = p.Kill()
-	_, _ = p.Wait()
+	p.killAndWait()
 	if err != nil {
 		return -1, fmt.Errorf("idmap user namespace: %w", err)
 	}

@@ -80,8 +80,21 @@ func initSandbox(conn *guest.Conn) (*guest.Setup, error) {
 		return nil, stageErr("receive setup", fmt.Errorf("unexpected message %q", m.Type))
 	}
 	s := m.Setup
-	// The host has moved this process into the sandbox's cgroup before
-	// sending setup: a cgroup namespace made now is rooted there.
+	if s.CgroupJoinFDs < 0 || len(fds) != len(s.Mounts)+s.CgroupJoinFDs {
+		closeFDs(fds)
+		return nil, stageErr("receive setup", fmt.Errorf("%d descriptors for %d mounts and %d cgroup files", len(fds), len(s.Mounts), s.CgroupJoinFDs))
+	}
+	cgFDs := fds[len(s.Mounts):]
+	fds = fds[:len(s.Mounts)]
+	err = joinSelf(cgFDs)
+	closeFDs(cgFDs)
+	if err != nil {
+		closeFDs(fds)
+		return nil, stageErr("join cgroup", err)
+	}
+	// This thread is in the sandbox's cgroup now (on v2 the host moved
+	// the whole init before sending setup): a cgroup namespace made now
+	// is rooted there.
 	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
 		closeFDs(fds)
 		return nil, stageErr("cgroup namespace", err)

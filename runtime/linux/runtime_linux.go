@@ -253,11 +253,25 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	}
 	defer devNull.Close()
 
+	// While the kernel clones and execs the init, prepare on another
+	// thread what does not depend on it: the cgroup, the seccomp program
+	// and the /etc layer.
+	preps := make(chan *prepared, 1)
+	go func() { preps <- r.prepare(layout, slot.slot, limits, hostname) }()
+	var prep *prepared
+	defer func() {
+		if prep == nil {
+			prep = <-preps
+		}
+		closeFDs(prep.cgFDs)
+		if retErr != nil {
+			prep.cg.destroy()
+		}
+	}()
+
 	idMap := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(base), Size: uidsPer}}
-	proc, err := os.StartProcess(r.initPath, []string{"moat", InitArg}, &os.ProcAttr{
-		Files: []*os.File{devNull, devNull, errW, agentSock},
-		Env:   []string{},
-		Sys: &syscall.SysProcAttr{
+	proc, err := startChild(r.initPath, []string{"moat", InitArg}, []*os.File{devNull, devNull, errW, agentSock},
+		&syscall.SysProcAttr{
 			// The cgroup namespace is made by the init itself once the
 			// host has moved it into its cgroup (v1 has no clone into a
 			// cgroup), so that its root is the sandbox's cgroup.
@@ -270,37 +284,29 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 			// root's own uid is not mapped there.
 			Credential: &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}},
 			Pdeathsig:  syscall.SIGKILL,
-		},
-	})
+		})
 	if err != nil {
 		return nil, &sandbox.SetupError{Stage: "start init", Err: err}
 	}
-	cu.add(func() { _ = proc.Kill(); _, _ = proc.Wait() })
+	cu.add(proc.killAndWait)
 
-	// While the init boots: its cgroup, then what it will need.
-	cg, err := newCgroup(layout, slot.slot, limits)
-	if err != nil {
+	prep = <-preps
+	if prep.err != nil {
+		return nil, prep.err
+	}
+	cg := prep.cg
+	// On cgroup v2 the host moves the whole init; on v1 the init's forking
+	// thread joins by itself through prep.cgFDs (see taskFDs).
+	if err := cg.addProcess(proc.pid); err != nil {
 		return nil, &sandbox.SetupError{Stage: "cgroup", Err: err}
-	}
-	cu.add(cg.destroy)
-	if err := cg.addInit(proc.Pid); err != nil {
-		return nil, &sandbox.SetupError{Stage: "cgroup", Err: err}
-	}
-	prog, err := seccomp.Default().Assemble()
-	if err != nil {
-		return nil, &sandbox.SetupError{Stage: "seccomp", Err: err}
-	}
-	layer, err := etcLayer(r.stateDir, hostname, sandboxUID, sandboxGID)
-	if err != nil {
-		return nil, &sandbox.SetupError{Stage: "etc layer", Err: err}
 	}
 	sb := newSandbox(r, proc, guest.NewConn(hostSock), errR, slot, cg, oneShot)
 	sb.created = created
 	r.log.Debug("init started", "sandbox", sb.id, "after", time.Since(created).String())
 	setup := &guest.Setup{
 		Hostname:        hostname,
-		EtcLayer:        layer,
-		Seccomp:         encodeBPF(prog),
+		EtcLayer:        prep.etcLayer,
+		Seccomp:         prep.seccomp,
 		DiskBytes:       limits.DiskBytes,
 		UID:             sandboxUID,
 		GID:             sandboxGID,
@@ -313,6 +319,8 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 		setup.Mounts = append(setup.Mounts, t.mount)
 		fds[i] = t.fd
 	}
+	setup.CgroupJoinFDs = len(prep.cgFDs)
+	fds = append(fds, prep.cgFDs...)
 	if err := sb.conn.Send(&guest.Message{Type: guest.MsgSetup, Setup: setup}, fds...); err != nil {
 		return nil, &sandbox.SetupError{Stage: "send setup", Err: err}
 	}
@@ -345,6 +353,44 @@ func validHostname(h string) error {
 		}
 	}
 	return nil
+}
+
+// prepared is what create readies while the init is being started.
+type prepared struct {
+	cg       *sandboxCgroup
+	cgFDs    []int
+	seccomp  []byte
+	etcLayer string
+	err      error
+}
+
+// prepare creates the sandbox's cgroup (and, on v1, opens the files the
+// init joins it through), assembles the seccomp program and finds or
+// builds the /etc layer. On error it undoes what it did.
+func (r *Runtime) prepare(layout *cgroupLayout, slot int, limits sandbox.Limits, hostname string) *prepared {
+	p := &prepared{}
+	var err error
+	if p.cg, err = newCgroup(layout, slot, limits); err != nil {
+		p.err = &sandbox.SetupError{Stage: "cgroup", Err: err}
+		return p
+	}
+	fail := func(stage string, err error) *prepared {
+		closeFDs(p.cgFDs)
+		p.cg.destroy()
+		return &prepared{err: &sandbox.SetupError{Stage: stage, Err: err}}
+	}
+	if p.cgFDs, err = p.cg.taskFDs(); err != nil {
+		return fail("cgroup", err)
+	}
+	prog, err := seccomp.Default().Assemble()
+	if err != nil {
+		return fail("seccomp", err)
+	}
+	p.seccomp = encodeBPF(prog)
+	if p.etcLayer, err = etcLayer(r.stateDir, hostname, sandboxUID, sandboxGID); err != nil {
+		return fail("etc layer", err)
+	}
+	return p
 }
 
 // defaultEnv is the environment every process starts from; the host's

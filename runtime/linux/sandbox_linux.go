@@ -9,7 +9,6 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/moat-sandbox/moat/guest"
@@ -26,7 +25,7 @@ const drainTimeout = 100 * time.Millisecond
 type linuxSandbox struct {
 	r           *Runtime
 	id          string
-	proc        *os.Process
+	proc        *child
 	conn        *guest.Conn
 	slot        *uidSlot
 	cg          *sandboxCgroup
@@ -53,11 +52,11 @@ type msgWithFDs struct {
 	fds []int
 }
 
-func newSandbox(r *Runtime, proc *os.Process, conn *guest.Conn, initErr *os.File, slot *uidSlot, cg *sandboxCgroup, oneShot bool) *linuxSandbox {
+func newSandbox(r *Runtime, proc *child, conn *guest.Conn, initErr *os.File, slot *uidSlot, cg *sandboxCgroup, oneShot bool) *linuxSandbox {
 	sb := &linuxSandbox{
 		r: r, id: "sb-" + itoa(slot.slot), proc: proc, conn: conn, slot: slot, cg: cg, oneShot: oneShot,
+		exited: proc.exited,
 		initErr: &boundedBuffer{max: 8 << 10},
-		exited:  make(chan struct{}),
 		readEnd: make(chan struct{}),
 		ready:   make(chan error, 1),
 		waiters: map[uint64]chan *msgWithFDs{},
@@ -74,10 +73,6 @@ func (s *linuxSandbox) ID() string { return s.id }
 
 // start launches the goroutines that watch the init and its messages.
 func (s *linuxSandbox) start() {
-	go func() {
-		_, _ = s.proc.Wait()
-		close(s.exited)
-	}()
 	go s.readLoop()
 }
 
@@ -211,7 +206,7 @@ func (s *linuxSandbox) signal(id uint64, sig int) {
 // kill ends the sandbox at once: SIGKILL to the init takes the whole pid
 // namespace with it.
 func (s *linuxSandbox) kill() {
-	_ = s.proc.Signal(syscall.SIGKILL)
+	s.proc.kill()
 }
 
 // Shutdown kills every process of the sandbox, waits for the init and
@@ -225,7 +220,9 @@ func (s *linuxSandbox) Shutdown(ctx context.Context) error {
 		case <-s.exited:
 		case <-ctx.Done():
 		}
+		t0 := time.Now()
 		s.cg.destroy()
+		s.r.log.Debug("sandbox removed", "sandbox", s.id, "cgroup_removal", time.Since(t0).String())
 		s.slot.release()
 	})
 	return nil
