@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -26,7 +25,19 @@ const (
 	maxSecretBytes = 64 << 10
 )
 
-var secretName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+// validSecretName accepts an environment-variable-like name: a letter or
+// underscore, then letters, digits and underscores, at most 64 bytes.
+func validSecretName(name string) bool {
+	if name == "" || len(name) > 64 || name[0] >= '0' && name[0] <= '9' {
+		return false
+	}
+	for _, c := range name {
+		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
 
 // call is one process being run: its request, streams and outcome.
 type call struct {
@@ -127,8 +138,8 @@ func (c *call) request() (*guest.Exec, error) {
 	var secretEnv []string
 	for i, sec := range p.Secrets {
 		switch {
-		case !secretName.MatchString(sec.Name):
-			return nil, fmt.Errorf("%w: secret name %q must match %s", sandbox.ErrInvalidSpec, sec.Name, secretName)
+		case !validSecretName(sec.Name):
+			return nil, fmt.Errorf("%w: secret name %q must be letters, digits and _ (not starting with a digit), at most 64", sandbox.ErrInvalidSpec, sec.Name)
 		case len(sec.Value) == 0 || len(sec.Value) > maxSecretBytes:
 			return nil, fmt.Errorf("%w: secret %s must hold 1 to %d bytes", sandbox.ErrInvalidSpec, sec.Name, maxSecretBytes)
 		case c.secrets[sec.Name] != nil:
