@@ -42,7 +42,7 @@ func BuiltIn() Defaults {
 	return Defaults{
 		Limits: sandbox.Limits{
 			MemoryBytes: 2 << 30,
-			CPUs:        1,
+			CPUs:        2,
 			Pids:        1024,
 			DiskBytes:   1 << 30,
 		},
