@@ -55,7 +55,7 @@ type msgWithFDs struct {
 func newSandbox(r *Runtime, proc *child, conn *guest.Conn, initErr *os.File, slot *uidSlot, cg *sandboxCgroup, oneShot bool) *linuxSandbox {
 	sb := &linuxSandbox{
 		r: r, id: "sb-" + itoa(slot.slot), proc: proc, conn: conn, slot: slot, cg: cg, oneShot: oneShot,
-		exited: proc.exited,
+		exited:  proc.exited,
 		initErr: &boundedBuffer{max: 8 << 10},
 		readEnd: make(chan struct{}),
 		ready:   make(chan error, 1),
