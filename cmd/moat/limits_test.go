@@ -93,21 +93,7 @@ signal.pause()`
 // host can still run processes.
 func TestForkBomb(t *testing.T) {
 	testutil.RequireRoot(t)
-	cmd := exec.Command(testutil.Moat(t), "run", "--pids", "64", "--timeout", "30s", "--", "python3", "-c", bombPy)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || line != "saturated\n" {
-		_ = cmd.Wait()
-		t.Fatalf("sandbox output %q %v; stderr %q", line, err, stderr.String())
-	}
+	cmd := startUntil(t, "saturated", "run", "--pids", "64", "--timeout", "30s", "--", "python3", "-c", bombPy)
 	slot, _ := sandboxOf(t, cmd.Process.Pid)
 	dir := fmt.Sprintf("/sys/fs/cgroup/pids/moat/%d", slot)
 	peak, _ := os.ReadFile(dir + "/pids.peak")
@@ -115,7 +101,7 @@ func TestForkBomb(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	err = cmd.Wait()
+	err := cmd.Wait()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 128+15 {
 		t.Fatalf("moat: %v, want exit 143", err)
@@ -129,6 +115,29 @@ func TestForkBomb(t *testing.T) {
 	if out, err := exec.Command("/bin/echo", "host ok").Output(); err != nil || string(out) != "host ok\n" {
 		t.Fatalf("host cannot run a process after the bomb: %v", err)
 	}
+}
+
+// startUntil starts moat with args and returns once the sandbox has
+// printed the line want: the sandbox's own word is the synchronisation.
+func startUntil(t *testing.T, want string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(testutil.Moat(t), args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || line != want+"\n" {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("sandbox printed %q (%v), want %q; stderr %q", line, err, want, stderr.String())
+	}
+	return cmd
 }
 
 // TestDiskLimit: /tmp, home and an in-memory workspace share one --disk
@@ -339,18 +348,7 @@ func mountCount(t *testing.T) int {
 func TestKilledMoatLeavesNothing(t *testing.T) {
 	testutil.RequireRoot(t)
 	mounts := mountCount(t)
-	cmd := exec.Command(testutil.Moat(t), "run", "--sh", "echo ready; sleep 1000 & exec sleep 1001")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || line != "ready\n" {
-		t.Fatalf("sandbox did not start: %q %v", line, err)
-	}
+	cmd := startUntil(t, "ready", "run", "--sh", "echo ready; sleep 1000 & exec sleep 1001")
 	// Every process of the sandbox, as pidfds, found through the cgroup.
 	slot, pids := sandboxOf(t, cmd.Process.Pid)
 	if len(pids) < 3 {
