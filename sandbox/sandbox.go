@@ -73,7 +73,9 @@ type Process struct {
 	Cwd string `json:"cwd,omitempty"`
 	// TTY gives the process a new pseudo-terminal inside the sandbox.
 	TTY bool `json:"tty,omitempty"`
-	// Timeout ends the whole process tree after this long (exit 124).
+	// Timeout ends the process after this long: SIGTERM to its process
+	// group, SIGKILL to the sandbox's processes after the runtime's kill
+	// grace; exit 124. A deadline on the call's context works the same.
 	Timeout time.Duration `json:"timeout,omitempty"`
 
 	// OutputLimit caps each captured stream (default 2,000,000 bytes).

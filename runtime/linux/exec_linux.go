@@ -86,6 +86,11 @@ func (s *linuxSandbox) exec(ctx context.Context, p *sandbox.Process, start time.
 	if !s.oneShot {
 		c.oomBefore = s.cg.oomKills()
 	}
+	if p.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.Timeout)
+		defer cancel()
+	}
 	if err := c.send(ex); err != nil {
 		c.closeStreams()
 		return c.setupFail(err)

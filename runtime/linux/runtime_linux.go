@@ -66,6 +66,8 @@ type Runtime struct {
 
 	cgroupsOnce sync.Once
 	cgroups     *cgroupLayout
+	seccompOnce sync.Once
+	seccompSum  string
 }
 
 // cgroupLayout returns the host's cgroup hierarchies, found once.
@@ -137,7 +139,7 @@ func (r *Runtime) Enforcement() sandbox.Enforcement {
 		Runtime:      "linux",
 		Namespaces:   []string{"user", "mount", "pid", "net", "ipc", "uts", "cgroup"},
 		User:         sandboxUID,
-		Seccomp:      seccompSummary(),
+		Seccomp:      r.seccompSummary(),
 		LandlockABI:  min(r.landlock, 7),
 		NoNewPrivs:   true,
 		Capabilities: "none (bounding, ambient, inheritable empty; non-root uid)",
@@ -148,14 +150,19 @@ func (r *Runtime) Enforcement() sandbox.Enforcement {
 	}
 }
 
-// seccompSummary describes the default seccomp profile in one line.
-func seccompSummary() string {
-	sum := seccomp.Default().Summary()
-	if sum.Error != "" {
-		return "error: " + sum.Error
-	}
-	return fmt.Sprintf("filter: %d syscalls denied, %d filtered by argument, foreign ABIs killed, unknown syscalls %s",
-		sum.DeniedCount, len(sum.ArgFiltered), sum.UnknownSyscalls)
+// seccompSummary describes the default seccomp profile in one line,
+// computed once per runtime.
+func (r *Runtime) seccompSummary() string {
+	r.seccompOnce.Do(func() {
+		sum := seccomp.Default().Summary()
+		if sum.Error != "" {
+			r.seccompSum = "error: " + sum.Error
+			return
+		}
+		r.seccompSum = fmt.Sprintf("filter: %d syscalls denied, %d filtered by argument, foreign ABIs killed, unknown syscalls %s",
+			sum.DeniedCount, len(sum.ArgFiltered), sum.UnknownSyscalls)
+	})
+	return r.seccompSum
 }
 
 // Create builds a sandbox and waits until its init reports ready.
