@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"unsafe"
@@ -65,6 +66,27 @@ func Probe() []Check {
 	add("overlayfs", strings.Contains(string(fs), "overlay"), true, "read-only /etc view")
 	add("tmpfs", strings.Contains(string(fs), "tmpfs"), true, "root, /tmp, home, /dev")
 	add("devpts", strings.Contains(string(fs), "devpts"), true, "private pty instance")
+	l := findCgroups()
+	if l.err != nil {
+		add("cgroups", false, true, l.err.Error())
+	} else {
+		var where []string
+		for c, m := range l.mounts {
+			where = append(where, fmt.Sprintf("%s=%s", c, m))
+		}
+		sort.Strings(where)
+		add("cgroups", true, true, l.describe()+": "+strings.Join(where, " ")+" (--memory, --cpus, --pids)")
+		swap := "swap accounting available: --memory keeps sandboxes out of swap"
+		if !l.swapLimit {
+			swap = "no swap accounting"
+			if l.swapOn {
+				swap += " and swap is on: --memory is refused"
+			} else {
+				swap += "; no swap is active, so none can be used"
+			}
+		}
+		add("swap limit", l.swapLimit || !l.swapOn, true, swap)
+	}
 	return checks
 }
 
