@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -470,5 +471,45 @@ func TestThousandRuns(t *testing.T) {
 			names = append(names, e.Name())
 		}
 		t.Fatalf("temp dir grew from %d to %d entries: %v", len(tmpBefore), len(tmpAfter), names)
+	}
+}
+
+// TestConcurrentRuns: many sandboxes at once get distinct uid ranges and
+// cgroups, all succeed, and leave nothing behind.
+func TestConcurrentRuns(t *testing.T) {
+	testutil.RequireRoot(t)
+	mounts := mountCount(t)
+	const n = 24
+	type out struct {
+		res *sandbox.Result
+		err error
+	}
+	results := make(chan out, n)
+	for range n {
+		go func() {
+			b, err := exec.Command(testutil.Moat(t), "run", "--json", "--", "sh", "-c", "cat /proc/self/uid_map").Output()
+			var r sandbox.Result
+			if err == nil {
+				err = json.Unmarshal(b, &r)
+			}
+			results <- out{&r, err}
+		}()
+	}
+	ranges := map[string]bool{}
+	for range n {
+		o := <-results
+		if o.err != nil || o.res.ExitCode != 0 {
+			t.Fatalf("run failed: %v %+v", o.err, o.res)
+		}
+		ranges[o.res.Enforcement.UIDRange] = true
+	}
+	if len(ranges) != n {
+		t.Fatalf("%d concurrent sandboxes shared uid ranges: %d distinct", n, len(ranges))
+	}
+	if got := mountCount(t); got != mounts {
+		t.Fatalf("host mounts %d -> %d", mounts, got)
+	}
+	if stale := staleCgroups(t); len(stale) > 0 {
+		t.Fatalf("cgroups left behind: %v", stale)
 	}
 }
