@@ -77,6 +77,8 @@ func (a *Agent) readLoop() error {
 		case MsgSignal:
 			closeAll(fds)
 			a.signal(m.ID, m.Signal)
+		case MsgFile:
+			a.file(m.ID, m.File, fds)
 		default:
 			closeAll(fds)
 		}

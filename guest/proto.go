@@ -29,6 +29,9 @@ const (
 	MsgExec MsgType = "exec"
 	// MsgSignal delivers a signal to a process's group.
 	MsgSignal MsgType = "signal"
+	// MsgFile asks for one file operation. FDs: one pipe end for the
+	// operations that stream (read, write, tar_in, tar_out).
+	MsgFile MsgType = "file"
 )
 
 // Messages from agent to host.
@@ -41,17 +44,21 @@ const (
 	MsgExit MsgType = "exit"
 	// MsgError reports a failure: of setup (ID 0) or of one exec.
 	MsgError MsgType = "error"
+	// MsgFileDone ends a file operation, with a result or an error.
+	MsgFileDone MsgType = "file_done"
 )
 
 // Message is one protocol packet.
 type Message struct {
-	Type   MsgType  `json:"type"`
-	ID     uint64   `json:"id,omitempty"`
-	Setup  *Setup   `json:"setup,omitempty"`
-	Exec   *Exec    `json:"exec,omitempty"`
-	Signal int      `json:"signal,omitempty"`
-	Exit   *Exit    `json:"exit,omitempty"`
-	Error  *ErrInfo `json:"error,omitempty"`
+	Type   MsgType     `json:"type"`
+	ID     uint64      `json:"id,omitempty"`
+	Setup  *Setup      `json:"setup,omitempty"`
+	Exec   *Exec       `json:"exec,omitempty"`
+	Signal int         `json:"signal,omitempty"`
+	Exit   *Exit       `json:"exit,omitempty"`
+	Error  *ErrInfo    `json:"error,omitempty"`
+	File   *FileOp     `json:"file,omitempty"`
+	Result *FileResult `json:"result,omitempty"`
 	// Phases (MsgReady) are the init's setup steps as wall-clock
 	// microseconds since the Unix epoch, for start-up profiling.
 	Phases []Phase `json:"phases,omitempty"`
@@ -139,6 +146,46 @@ type Exit struct {
 	MaxRSS int64 `json:"max_rss"`
 }
 
+// File operations (FileOp.Op).
+const (
+	FileRead   = "read"    // Path; FD: pipe write end the content goes to (≤ Max)
+	FileWrite  = "write"   // Path, Mode; FD: pipe read end the content comes from (≤ Max)
+	FileList   = "list"    // Path
+	FileStat   = "stat"    // Path
+	FileMkdir  = "mkdir"   // Path, Mode, Recursive (parents)
+	FileRemove = "remove"  // Path, Recursive
+	FileMove   = "move"    // Path → To
+	FileTarIn  = "tar_in"  // Path (directory); FD: pipe read end of a tar stream (≤ Max unpacked)
+	FileTarOut = "tar_out" // Path; FD: pipe write end for a tar stream (≤ Max of content)
+)
+
+// FileOp is one file operation inside the sandbox.
+type FileOp struct {
+	Op        string `json:"op"`
+	Path      string `json:"path"`
+	To        string `json:"to,omitempty"`
+	Mode      uint32 `json:"mode,omitempty"`
+	Recursive bool   `json:"recursive,omitempty"`
+	Max       int64  `json:"max,omitempty"`
+}
+
+// FileResult is what a file operation returns.
+type FileResult struct {
+	Entries []FileEntry `json:"entries,omitempty"` // list
+	Info    *FileEntry  `json:"info,omitempty"`    // stat
+	Bytes   int64       `json:"bytes,omitempty"`   // read, write, tar
+}
+
+// FileEntry mirrors sandbox.FileInfo on the wire (mtime in Unix ns).
+type FileEntry struct {
+	Name    string `json:"name"`
+	Type    string `json:"type"`
+	Size    int64  `json:"size"`
+	Mode    uint32 `json:"mode"`
+	MtimeNs int64  `json:"mtime_ns"`
+	Target  string `json:"target,omitempty"`
+}
+
 // ErrInfo describes a failure inside the sandbox.
 type ErrInfo struct {
 	// Stage is the step that failed (e.g. "mount /proc", "exec").
@@ -146,6 +193,8 @@ type ErrInfo struct {
 	Message string `json:"message"`
 	// Code is the exit code this failure maps to (125, 126 or 127).
 	Code int `json:"code"`
+	// Errno names the kernel's error for a file operation (ENOENT…).
+	Errno string `json:"errno,omitempty"`
 }
 
 func (e *ErrInfo) Error() string { return e.Stage + ": " + e.Message }
