@@ -94,6 +94,8 @@ var (
 	ErrSetup = errors.New("sandbox setup failed")
 	// ErrClosed: the sandbox has been shut down.
 	ErrClosed = errors.New("sandbox is shut down")
+	// ErrExited: the process has already ended.
+	ErrExited = errors.New("process has exited")
 )
 
 // SetupError is a failure to build the sandbox, at a named stage.

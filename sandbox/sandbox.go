@@ -9,6 +9,7 @@ import (
 	"context"
 	"io"
 	"os"
+	"syscall"
 	"time"
 )
 
@@ -108,6 +109,17 @@ type WinSize struct {
 	Cols uint16 `json:"cols"`
 }
 
+// Proc is a process started in the background.
+type Proc interface {
+	// ID names the process within its sandbox.
+	ID() uint64
+	// Signal delivers sig to the process's group; ErrExited once it
+	// has ended.
+	Signal(sig syscall.Signal) error
+	// Wait waits for the process to end and its output to drain.
+	Wait(ctx context.Context) (*Result, error)
+}
+
 // Runtime creates sandboxes. Implementations: runtime/linux.
 type Runtime interface {
 	// Create builds a sandbox and returns when it is ready to run
@@ -127,8 +139,13 @@ type Sandbox interface {
 	ID() string
 	// Exec runs one process to completion and returns its result. An error
 	// means the process could not be run at all (the result then says
-	// why, with ExitReason SetupError where it applies).
+	// why, with ExitReason SetupError where it applies). Cancelling ctx
+	// kills the process (ExitReason Killed; Timeout for a deadline).
 	Exec(ctx context.Context, proc *Process) (*Result, error)
+	// Start runs a process in the background and returns once it runs
+	// (or has failed to start: its Wait says why). ctx bounds the start
+	// only; proc.Timeout bounds the process.
+	Start(ctx context.Context, proc *Process) (Proc, error)
 	// Shutdown kills every process of the sandbox and removes everything
 	// it created on the host. It is safe to call more than once.
 	Shutdown(ctx context.Context) error

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -57,6 +58,12 @@ type call struct {
 	exit                *guest.Exit
 	execErr             *guest.ErrInfo
 	oomBefore           uint64
+
+	started   chan struct{} // closed when the agent says started, or failed
+	startOnce sync.Once
+	done      chan struct{} // closed when res and err are set
+	res       *sandbox.Result
+	err       error
 }
 
 // stream is one output stream being copied from the sandbox.
@@ -69,38 +76,105 @@ type stream struct {
 	done    chan struct{}
 }
 
-// exec runs p and builds its Result; start is when the call began.
+// exec runs p to completion and builds its Result; start is when the call
+// began. Cancelling ctx (or its deadline) kills the process.
 func (s *linuxSandbox) exec(ctx context.Context, p *sandbox.Process, start time.Time) (*sandbox.Result, error) {
-	c := &call{s: s, p: p, start: start}
-	if s.closing.Load() {
-		return c.setupFail(sandbox.ErrClosed)
-	}
-	ex, err := c.request()
+	c, err := s.launch(p, start)
 	if err != nil {
 		return c.setupFail(err)
 	}
-	if c.id, c.ch, err = s.register(); err != nil {
-		return c.setupFail(s.sendFailure(err))
+	c.run(ctx)
+	return c.res, c.err
+}
+
+// Start starts p in the background and returns once it runs or has failed
+// to start (its Wait then reports why: 126, 127 or a setup error). ctx
+// bounds only the start; the process then lives until it exits, is
+// signalled, or reaches p.Timeout.
+func (s *linuxSandbox) Start(ctx context.Context, p *sandbox.Process) (sandbox.Proc, error) {
+	c, err := s.launch(p, time.Now())
+	if err != nil {
+		_, err = c.setupFail(err)
+		return nil, err
 	}
-	defer s.unregister(c.id)
+	go c.run(context.Background())
+	select {
+	case <-c.started:
+		return c, nil
+	case <-ctx.Done():
+		s.signal(c.id, int(unix.SIGKILL))
+		<-c.done
+		return nil, ctx.Err()
+	}
+}
+
+// launch validates p, registers it and hands it to the agent.
+func (s *linuxSandbox) launch(p *sandbox.Process, start time.Time) (*call, error) {
+	c := &call{s: s, p: p, start: start, started: make(chan struct{}), done: make(chan struct{})}
+	if s.closing.Load() {
+		return c, sandbox.ErrClosed
+	}
+	ex, err := c.request()
+	if err != nil {
+		return c, err
+	}
+	if c.id, c.ch, err = s.register(); err != nil {
+		return c, s.sendFailure(err)
+	}
 	if !s.oneShot {
 		c.oomBefore = s.cg.oomKills()
 	}
-	if p.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, p.Timeout)
-		defer cancel()
-	}
 	if err := c.send(ex); err != nil {
+		s.unregister(c.id)
 		c.closeStreams()
-		return c.setupFail(err)
+		return c, err
+	}
+	return c, nil
+}
+
+// run follows a launched call to its end and sets c.res and c.err.
+func (c *call) run(ctx context.Context) {
+	defer close(c.done)
+	defer c.markStarted()
+	defer c.s.unregister(c.id)
+	if c.p.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.p.Timeout)
+		defer cancel()
 	}
 	if err := c.wait(ctx); err != nil {
 		c.closeStreams()
-		return c.setupFail(err)
+		c.res, c.err = c.setupFail(err)
+		return
 	}
 	c.drain()
-	return c.result()
+	c.res, c.err = c.result()
+}
+
+func (c *call) markStarted() { c.startOnce.Do(func() { close(c.started) }) }
+
+// ID names the process within its sandbox.
+func (c *call) ID() uint64 { return c.id }
+
+// Signal delivers sig to the process's group.
+func (c *call) Signal(sig syscall.Signal) error {
+	select {
+	case <-c.done:
+		return sandbox.ErrExited
+	default:
+	}
+	c.s.signal(c.id, int(sig))
+	return nil
+}
+
+// Wait waits for the process to end and its output to drain.
+func (c *call) Wait(ctx context.Context) (*sandbox.Result, error) {
+	select {
+	case <-c.done:
+		return c.res, c.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 func (c *call) setupFail(err error) (*sandbox.Result, error) {
@@ -255,6 +329,7 @@ func (c *call) wait(ctx context.Context) error {
 					mf.fds = nil
 				}
 				closeFDs(mf.fds)
+				c.markStarted()
 			case guest.MsgExit:
 				closeFDs(mf.fds)
 				c.exit = mf.m.Exit

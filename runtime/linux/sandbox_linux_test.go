@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -112,5 +114,63 @@ func TestCreateSetupErrorLeavesNothing(t *testing.T) {
 	var se *sandbox.SetupError
 	if !errors.As(err, &se) || !errors.Is(err, sandbox.ErrSetup) || !strings.Contains(se.Stage, "/usr/moat-no-such-dir") {
 		t.Fatalf("err %v", err)
+	}
+}
+
+var _ sandbox.Sandbox = (*linuxSandbox)(nil)
+
+// TestBackgroundProcess: a process started in the background streams its
+// output, takes stdin, can be signalled, and its Wait reports the result;
+// a command that fails to start still ends cleanly.
+func TestBackgroundProcess(t *testing.T) {
+	r := newTestRuntime(t)
+	ctx := context.Background()
+	sb, err := r.Create(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Shutdown(ctx)
+
+	inR, inW := io.Pipe()
+	lines := make(chan string, 4)
+	out := writerFunc(func(p []byte) (int, error) {
+		lines <- string(p)
+		return len(p), nil
+	})
+	p, err := sb.Start(ctx, &sandbox.Process{Args: []string{"/bin/sh", "-c", "read x; echo got $x; trap 'echo term; exit 3' TERM; while :; do sleep 1; done"},
+		Stdin: inR, Stdout: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inW.Write([]byte("hello\n")); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-lines; got != "got hello\n" {
+		t.Fatalf("first output %q", got)
+	}
+	// A second process runs concurrently in the same sandbox.
+	res, err := sb.Exec(ctx, &sandbox.Process{Args: []string{"echo", "side"}})
+	if err != nil || res.Stdout != "side\n" {
+		t.Fatalf("concurrent exec: %v %+v", err, res)
+	}
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	res, err = p.Wait(ctx)
+	if err != nil || res.ExitCode != 3 {
+		t.Fatalf("wait: %v %+v", err, res)
+	}
+	inW.Close()
+	if err := p.Signal(syscall.SIGTERM); !errors.Is(err, sandbox.ErrExited) {
+		t.Fatalf("signal after exit: %v", err)
+	}
+
+	bad, err := sb.Start(ctx, &sandbox.Process{Args: []string{"no-such-command"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err = bad.Wait(ctx)
+	if err != nil || res.ExitCode != 127 {
+		t.Fatalf("fast failure: %v %+v", err, res)
 	}
 }
