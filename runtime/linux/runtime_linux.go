@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -453,5 +452,3 @@ func (c *cleanup) run() {
 	}
 	c.fns = nil
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }

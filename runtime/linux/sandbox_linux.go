@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -54,7 +56,7 @@ type msgWithFDs struct {
 
 func newSandbox(r *Runtime, proc *child, conn *guest.Conn, initErr *os.File, slot *uidSlot, cg *sandboxCgroup, oneShot bool) *linuxSandbox {
 	sb := &linuxSandbox{
-		r: r, id: "sb-" + itoa(slot.slot), proc: proc, conn: conn, slot: slot, cg: cg, oneShot: oneShot,
+		r: r, id: newID(), proc: proc, conn: conn, slot: slot, cg: cg, oneShot: oneShot,
 		exited:  proc.exited,
 		initErr: &boundedBuffer{max: 8 << 10},
 		readEnd: make(chan struct{}),
@@ -66,6 +68,12 @@ func newSandbox(r *Runtime, proc *child, conn *guest.Conn, initErr *os.File, slo
 		initErr.Close()
 	}()
 	return sb
+}
+
+// newID returns a random sandbox id, unique on this host in practice
+// (uid slots, which are reused, are not ids).
+func newID() string {
+	return fmt.Sprintf("sb-%016x", rand.Uint64())
 }
 
 // ID names the sandbox on this host.
