@@ -142,6 +142,8 @@ type Sandbox interface {
 	// why, with ExitReason SetupError where it applies). Cancelling ctx
 	// kills the process (ExitReason Killed; Timeout for a deadline).
 	Exec(ctx context.Context, proc *Process) (*Result, error)
+	// Files gives file operations performed inside the sandbox.
+	Files() Files
 	// Start runs a process in the background and returns once it runs
 	// (or has failed to start: its Wait says why). ctx bounds the start
 	// only; proc.Timeout bounds the process.
