@@ -364,11 +364,13 @@ type sysEntry struct {
 	nr   uint32
 }
 
-// tableMap indexes a syscall table by name.
-func tableMap(list []sysEntry) map[string]uint32 {
-	m := make(map[string]uint32, len(list))
-	for _, e := range list {
-		m[e.name] = e.nr
+// tableMap indexes syscall tables by name.
+func tableMap(lists ...[]sysEntry) map[string]uint32 {
+	m := make(map[string]uint32, 512)
+	for _, list := range lists {
+		for _, e := range list {
+			m[e.name] = e.nr
+		}
 	}
 	return m
 }

@@ -175,8 +175,11 @@ func unwrapPathErr(err error) error {
 	return err
 }
 
-func opLs(r *Result, a []string) error {
-	f, err := os.Open(a[0])
+func opLs(r *Result, a []string) error { return listInto(r, a[0]) }
+
+// listInto records the sorted entry names of dir.
+func listInto(r *Result, dir string) error {
+	f, err := os.Open(dir)
 	if err != nil {
 		return unwrapPathErr(err)
 	}
@@ -353,16 +356,5 @@ func opChdirUp(r *Result, a []string) error {
 	if err := opGetcwd(r, nil); err != nil {
 		return err
 	}
-	f, err := os.Open(".")
-	if err != nil {
-		return unwrapPathErr(err)
-	}
-	defer f.Close()
-	names, err := f.Readdirnames(-1)
-	if err != nil {
-		return unwrapPathErr(err)
-	}
-	sort.Strings(names)
-	r.set("names", names)
-	return nil
+	return listInto(r, ".")
 }
