@@ -349,7 +349,7 @@ func mountCount(t *testing.T) int {
 func TestKilledMoatLeavesNothing(t *testing.T) {
 	testutil.RequireRoot(t)
 	mounts := mountCount(t)
-	cmd := startUntil(t, "ready", "run", "--sh", "echo ready; sleep 1000 & exec sleep 1001")
+	cmd := startUntil(t, "ready", "run", "--sh", "sleep 1000 & echo ready; exec sleep 1001")
 	// Every process of the sandbox, as pidfds, found through the cgroup.
 	slot, pids := sandboxOf(t, cmd.Process.Pid)
 	if len(pids) < 3 {
