@@ -54,7 +54,9 @@ type Result struct {
 	OutputFile string `json:"output_file,omitempty"`
 	StderrFile string `json:"stderr_file,omitempty"`
 
-	Enforcement Enforcement `json:"enforcement"`
+	// Enforcement is what was in force for the sandbox that ran the
+	// process; absent when no sandbox was built (setup_error).
+	Enforcement *Enforcement `json:"enforcement,omitempty"`
 }
 
 // Enforcement reports the protections in effect for a sandbox (or, from
@@ -111,5 +113,5 @@ func (e *SetupError) Unwrap() []error { return []error{ErrSetup, e.Err} }
 
 // SetupResult is the Result of a call whose sandbox could not be built.
 func SetupResult(err error) *Result {
-	return &Result{ExitCode: ExitSetupFailed, ExitReason: ReasonSetupError, Error: err.Error()}
+	return &Result{ExitCode: ExitSetupFailed, ExitReason: ReasonSetupError, Error: err.Error(), TimeToFirstOutputMs: -1}
 }

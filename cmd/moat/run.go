@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -87,7 +88,19 @@ func runCommand() *command {
 			fl.StringVar(&f.spill, "spill", "", "with --json, write a stream that passes the output limit in full to a file in `DIR` (named in the result)")
 			fl.StringVar(&f.config, "config", "", "operator config `FILE` with default limits (default $MOAT_CONFIG or "+config.DefaultPath+")")
 		},
-		run: func(ctx context.Context, args []string) error { return runRun(ctx, f, args) },
+		run: func(ctx context.Context, args []string) error {
+			err := runRun(ctx, f, args)
+			var ee *exitError
+			if err != nil && f.json && !errors.As(err, &ee) {
+				// With --json a caller always gets one result object,
+				// a refused request included (exit 125).
+				if perr := printJSON(sandbox.SetupResult(err)); perr != nil {
+					return perr
+				}
+				return &exitError{code: sandbox.ExitSetupFailed}
+			}
+			return err
+		},
 	}
 }
 
@@ -182,10 +195,8 @@ func runRun(ctx context.Context, f *runFlags, args []string) error {
 	}
 	res, err := rt.Run(ctx, spec, proc)
 	if f.json {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		if eerr := enc.Encode(res); eerr != nil {
-			return eerr
+		if perr := printJSON(res); perr != nil {
+			return perr
 		}
 		return &exitError{code: res.ExitCode}
 	}
@@ -199,6 +210,13 @@ func runRun(ctx context.Context, f *runFlags, args []string) error {
 		fmt.Fprintf(os.Stderr, "moat: timed out after %s; the process tree was killed\n", f.timeout)
 	}
 	return &exitError{code: res.ExitCode}
+}
+
+// printJSON writes one indented JSON result to stdout.
+func printJSON(res *sandbox.Result) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(res)
 }
 
 // limits reads the limit flags; unset ones are zero (the config's

@@ -124,6 +124,11 @@ func TestBadInput(t *testing.T) {
 			}
 		})
 	}
+	// With --json a refused request is still one result object.
+	res := testutil.Run(t, []string{"-w", filepath.Join(dir, "missing")}, "true")
+	if res.ExitCode != 125 || res.ExitReason != sandbox.ReasonSetupError || res.Enforcement != nil || !strings.Contains(res.Error, "no such file") {
+		t.Fatalf("--json setup error: %+v", res)
+	}
 	if after := hostState(t); after != before {
 		t.Fatalf("host state changed:\nbefore %s\nafter  %s", before, after)
 	}

@@ -179,7 +179,6 @@ func (c *call) Wait(ctx context.Context) (*sandbox.Result, error) {
 
 func (c *call) setupFail(err error) (*sandbox.Result, error) {
 	r := sandbox.SetupResult(err)
-	r.Enforcement = c.s.enforcement
 	r.DurationMs = time.Since(c.start).Milliseconds()
 	return r, err
 }
@@ -401,7 +400,8 @@ func (c *call) drain() {
 // result turns the call's outcome into a Result.
 func (c *call) result() (*sandbox.Result, error) {
 	s := c.s
-	res := &sandbox.Result{Enforcement: s.enforcement, TimeToFirstOutputMs: -1}
+	e := s.enforcement
+	res := &sandbox.Result{Enforcement: &e, TimeToFirstOutputMs: -1}
 	res.DurationMs = time.Since(c.start).Milliseconds()
 	if f := c.firstOut.Load(); f > 0 {
 		res.TimeToFirstOutputMs = time.Duration(f).Milliseconds()
