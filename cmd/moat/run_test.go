@@ -110,6 +110,7 @@ func TestBadInput(t *testing.T) {
 		{"negative timeout", []string{"run", "--timeout", "-1s", "--", "true"}, "negative"},
 		{"bad env", []string{"run", "-e", "NOEQUALS", "--", "true"}, "KEY=VALUE"},
 		{"relative cwd", []string{"run", "--cwd", "rel", "--", "true"}, "not absolute"},
+		{"oversized command line", append([]string{"run", "--", "true"}, bigArgs(12, 100_000)...), "too large"},
 	}
 	before := hostState(t)
 	for _, c := range cases {
@@ -132,6 +133,15 @@ func TestBadInput(t *testing.T) {
 	if after := hostState(t); after != before {
 		t.Fatalf("host state changed:\nbefore %s\nafter  %s", before, after)
 	}
+}
+
+// bigArgs returns n arguments of size bytes each.
+func bigArgs(n, size int) []string {
+	a := make([]string, n)
+	for i := range a {
+		a[i] = strings.Repeat("a", size)
+	}
+	return a
 }
 
 // hostState summarises what a refused request could leave behind on the

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/moat-sandbox/moat/guest"
 	"github.com/moat-sandbox/moat/sandbox"
 )
@@ -150,6 +152,14 @@ func setupErr(e *guest.ErrInfo) error {
 // sendFailure explains a failed send to the init: usually the init has
 // exited because its setup failed, and its own report says why.
 func (s *linuxSandbox) sendFailure(err error) error {
+	// Only a peer that went away explains itself; anything else (a
+	// message too large to send, say) is the caller's to report now.
+	if !errors.Is(err, sandbox.ErrClosed) && !errors.Is(err, unix.EPIPE) && !errors.Is(err, unix.ECONNRESET) && !errors.Is(err, os.ErrClosed) {
+		if errors.Is(err, guest.ErrTooLarge) {
+			return fmt.Errorf("%w: %v", sandbox.ErrInvalidSpec, err)
+		}
+		return &sandbox.SetupError{Stage: "send", Err: err}
+	}
 	<-s.readEnd
 	select {
 	case e := <-s.ready:
