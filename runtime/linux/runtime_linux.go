@@ -164,6 +164,17 @@ func (r *Runtime) seccompSummary() string {
 	return r.seccompSum
 }
 
+// Reclaim removes what crashed moat processes left on this host: the
+// cgroups of every uid slot no live moat holds (their processes, if any
+// remain, are killed first). Every create also does this; a daemon calls
+// it at start so that nothing of a killed predecessor lingers until then.
+// Sandbox processes, mounts and network namespaces need no reclaiming:
+// each sandbox's init dies with its parent (PDEATHSIG) and takes them with
+// it.
+func (r *Runtime) Reclaim() (int, error) {
+	return sweepCgroups(r.cgroupLayout(), r.stateDir)
+}
+
 // Create builds a sandbox and waits until its init reports ready.
 func (r *Runtime) Create(ctx context.Context, spec *sandbox.Spec) (sandbox.Sandbox, error) {
 	sb, err := r.create(ctx, spec, false)

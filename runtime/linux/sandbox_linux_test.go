@@ -174,3 +174,42 @@ func TestBackgroundProcess(t *testing.T) {
 		t.Fatalf("fast failure: %v %+v", err, res)
 	}
 }
+
+// TestReclaim: a cgroup left by a dead moat (its slot's lease is free) is
+// removed by Reclaim; a live sandbox's cgroup is not touched.
+func TestReclaim(t *testing.T) {
+	r := newTestRuntime(t)
+	ctx := context.Background()
+	live, err := r.Create(ctx, &sandbox.Spec{Limits: sandbox.Limits{Pids: 64}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Shutdown(ctx)
+	liveSlot := live.(*linuxSandbox).slot.slot
+	// A free slot's cgroup, as a crashed moat would leave it.
+	lease, err := leaseUIDSlot(r.stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := r.cgroupLayout().paths(lease.slot)
+	lease.release()
+	for _, p := range stale {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := r.Reclaim()
+	if err != nil || n < 1 {
+		t.Fatalf("reclaimed %d: %v", n, err)
+	}
+	for _, p := range stale {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("stale cgroup %s survived", p)
+		}
+	}
+	for _, p := range r.cgroupLayout().paths(liveSlot) {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("live sandbox's cgroup %s removed: %v", p, err)
+		}
+	}
+}
