@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -67,6 +68,8 @@ type Runtime struct {
 	cgroups     *cgroupLayout
 	seccompOnce sync.Once
 	seccompSum  string
+	sweeping    atomic.Bool
+	sweeps      sync.WaitGroup
 }
 
 // cgroupLayout returns the host's cgroup hierarchies, found once.
@@ -164,6 +167,23 @@ func (r *Runtime) seccompSummary() string {
 	return r.seccompSum
 }
 
+// sweepInBackground reclaims leftovers of crashed moats off the start path
+// of the sandbox being created; at most one sweep runs at a time. A sweep
+// cut short (a one-shot CLI exiting) is finished by a later one.
+func (r *Runtime) sweepInBackground() {
+	if !r.sweeping.CompareAndSwap(false, true) {
+		return
+	}
+	r.sweeps.Add(1)
+	go func() {
+		defer r.sweeps.Done()
+		defer r.sweeping.Store(false)
+		if n, err := r.Reclaim(); err != nil || n > 0 {
+			r.log.Debug("reclaimed leftover cgroups", "count", n, "err", err)
+		}
+	}()
+}
+
 // Reclaim removes what crashed moat processes left on this host: the
 // cgroups of every uid slot no live moat holds (their processes, if any
 // remain, are killed first). Every create also does this; a daemon calls
@@ -199,6 +219,9 @@ func (r *Runtime) Run(ctx context.Context, spec *sandbox.Spec, proc *sandbox.Pro
 	}
 	res, err := sb.exec(ctx, proc, start)
 	_ = sb.Shutdown(context.Background())
+	// The sweep of leftovers ran beside the sandbox; a one-shot caller
+	// that exits next must not cut it short.
+	r.sweeps.Wait()
 	return res, err
 }
 
@@ -352,9 +375,7 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 		sb.enforcement.WorkspaceIDMap = "owned (in-memory workspace)"
 	}
 	sb.start()
-	if n, err := sweepCgroups(layout, r.stateDir); err != nil || n > 0 {
-		r.log.Debug("reclaimed leftover cgroups", "count", n, "err", err)
-	}
+	r.sweepInBackground()
 	return sb, nil
 }
 
