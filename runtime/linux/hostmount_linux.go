@@ -140,92 +140,46 @@ func (c *idmapCache) userns(uid, gid uint32) (int, error) {
 	return fd, nil
 }
 
-// prepareTree opens a host path and returns it as a detached, recursive,
-// idmapped mount tree with nosuid and nodev (and read-only unless
-// writable). The caller owns the returned fd.
-func prepareTree(what, src, target string, writable, wantDir bool, ids *idmapCache) (hostTree, error) {
-	fd, st, err := openHostPath(what, src)
-	if err != nil {
-		return hostTree{}, err
-	}
-	defer unix.Close(fd)
-	isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
-	if wantDir && !isDir {
-		return hostTree{}, fmt.Errorf("%w: %s %s is not a directory", sandbox.ErrInvalidSpec, what, src)
-	}
-	tree, err := unix.OpenTree(fd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|unix.AT_RECURSIVE)
-	if err != nil {
-		return hostTree{}, fmt.Errorf("%s %s: clone mount: %w", what, src, err)
-	}
-	uns, err := ids.userns(st.Uid, st.Gid)
-	if err != nil {
-		unix.Close(tree)
-		return hostTree{}, err
-	}
-	attr := &unix.MountAttr{
-		Attr_set:  unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV,
-		Userns_fd: uint64(uns),
-	}
-	if !writable {
-		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
-	}
-	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, attr); err != nil {
-		unix.Close(tree)
-		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EPERM) {
-			return hostTree{}, fmt.Errorf("%w: %s %s: its filesystem does not support idmapped mounts (%v)", sandbox.ErrUnsupported, what, src, err)
-		}
-		return hostTree{}, fmt.Errorf("%s %s: idmap: %w", what, src, err)
-	}
-	return hostTree{mount: guest.Mount{Target: target, Writable: writable, File: !isDir}, fd: tree}, nil
+// hostSource is a host path the spec names, opened (O_PATH) and checked,
+// with where it goes in the sandbox.
+type hostSource struct {
+	what, src string
+	fd        int
+	st        unix.Stat_t
+	mount     guest.Mount
 }
 
-// validateSpec checks the spec's paths without creating anything: the
-// workspace is a directory, every bind source exists and is a directory or
-// regular file (never a symlink), every target is a clean absolute path
-// outside the reserved ones and used once.
-func validateSpec(spec *sandbox.Spec) error {
-	_, err := walkTrees(spec, func(what, src, target string, writable, wantDir bool) (hostTree, error) {
+// openSources opens and checks the workspace and every bind source, and
+// checks every target, without creating anything on the host: the
+// workspace is a directory, every source a directory or regular file
+// (never a symlink), every target a clean absolute path outside the
+// reserved ones and used once. On error nothing stays open.
+func openSources(spec *sandbox.Spec) ([]hostSource, error) {
+	var srcs []hostSource
+	fail := func(err error) ([]hostSource, error) {
+		closeSources(srcs)
+		return nil, err
+	}
+	open := func(what, src, target string, writable, wantDir bool) error {
 		fd, st, err := openHostPath(what, src)
 		if err != nil {
-			return hostTree{}, err
+			return err
 		}
-		unix.Close(fd)
-		if wantDir && st.Mode&unix.S_IFMT != unix.S_IFDIR {
-			return hostTree{}, fmt.Errorf("%w: %s %s is not a directory", sandbox.ErrInvalidSpec, what, src)
+		isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
+		if wantDir && !isDir {
+			unix.Close(fd)
+			return fmt.Errorf("%w: %s %s is not a directory", sandbox.ErrInvalidSpec, what, src)
 		}
-		return hostTree{fd: -1}, nil
-	})
-	return err
-}
-
-// prepareTrees turns the spec's workspace and binds into mount trees. On
-// error every fd already opened is closed.
-func prepareTrees(spec *sandbox.Spec, ids *idmapCache) ([]hostTree, error) {
-	return walkTrees(spec, func(what, src, target string, writable, wantDir bool) (hostTree, error) {
-		return prepareTree(what, src, target, writable, wantDir, ids)
-	})
-}
-
-// walkTrees calls prepare for the workspace and each bind, after checking
-// targets; on error it closes what prepare already returned.
-func walkTrees(spec *sandbox.Spec, prepare func(what, src, target string, writable, wantDir bool) (hostTree, error)) ([]hostTree, error) {
-	var trees []hostTree
-	fail := func(err error) ([]hostTree, error) {
-		for _, t := range trees {
-			if t.fd >= 0 {
-				unix.Close(t.fd)
-			}
-		}
-		return nil, err
+		srcs = append(srcs, hostSource{what: what, src: src, fd: fd, st: *st,
+			mount: guest.Mount{Target: target, Writable: writable, File: !isDir}})
+		return nil
 	}
 	// /workspace is always taken: by -w or by the in-memory workspace.
 	seen := map[string]bool{workspaceDir: true}
 	if spec.Workspace != "" {
-		t, err := prepare("workspace", spec.Workspace, workspaceDir, true, true)
-		if err != nil {
+		if err := open("workspace", spec.Workspace, workspaceDir, true, true); err != nil {
 			return fail(err)
 		}
-		trees = append(trees, t)
 	}
 	for _, b := range spec.Binds {
 		target := b.Target
@@ -243,11 +197,61 @@ func walkTrees(spec *sandbox.Spec, prepare func(what, src, target string, writab
 			return fail(fmt.Errorf("%w: two mounts at %s", sandbox.ErrInvalidSpec, target))
 		}
 		seen[target] = true
-		t, err := prepare(kind, b.Source, target, b.Writable, false)
-		if err != nil {
+		if err := open(kind, b.Source, target, b.Writable, false); err != nil {
 			return fail(err)
 		}
-		trees = append(trees, t)
+	}
+	return srcs, nil
+}
+
+func closeSources(srcs []hostSource) {
+	for _, s := range srcs {
+		unix.Close(s.fd)
+	}
+}
+
+// mountTrees turns each opened source into a detached, recursive, idmapped
+// mount tree with nosuid and nodev (and read-only unless writable), working
+// on the descriptor opened by openSources so the path cannot be swapped in
+// between. The caller owns the returned fds; on error none stays open.
+func mountTrees(srcs []hostSource, ids *idmapCache) ([]hostTree, error) {
+	var trees []hostTree
+	for _, s := range srcs {
+		tree, err := mountTree(s, ids)
+		if err != nil {
+			for _, t := range trees {
+				unix.Close(t.fd)
+			}
+			return nil, err
+		}
+		trees = append(trees, hostTree{mount: s.mount, fd: tree})
 	}
 	return trees, nil
+}
+
+func mountTree(s hostSource, ids *idmapCache) (int, error) {
+	tree, err := unix.OpenTree(s.fd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|unix.AT_RECURSIVE)
+	if err != nil {
+		return -1, fmt.Errorf("%s %s: clone mount: %w", s.what, s.src, err)
+	}
+	uns, err := ids.userns(s.st.Uid, s.st.Gid)
+	if err != nil {
+		unix.Close(tree)
+		return -1, err
+	}
+	attr := &unix.MountAttr{
+		Attr_set:  unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV,
+		Userns_fd: uint64(uns),
+	}
+	if !s.mount.Writable {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, attr); err != nil {
+		unix.Close(tree)
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EPERM) {
+			return -1, fmt.Errorf("%w: %s %s: its filesystem does not support idmapped mounts (%v)", sandbox.ErrUnsupported, s.what, s.src, err)
+		}
+		return -1, fmt.Errorf("%s %s: idmap: %w", s.what, s.src, err)
+	}
+	return tree, nil
 }

@@ -242,9 +242,11 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	if err := validHostname(hostname); err != nil {
 		return nil, err
 	}
-	if err := validateSpec(spec); err != nil {
+	srcs, err := openSources(spec)
+	if err != nil {
 		return nil, err
 	}
+	defer closeSources(srcs)
 	limits := r.limitsFor(spec.Limits)
 	if err := validLimits(limits); err != nil {
 		return nil, err
@@ -265,7 +267,7 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 
 	ids := &idmapCache{initPath: r.initPath, sandboxUID: base + sandboxUID, sandboxGID: base + sandboxGID}
 	defer ids.close()
-	trees, err := prepareTrees(spec, ids)
+	trees, err := mountTrees(srcs, ids)
 	if err != nil {
 		return nil, err
 	}
