@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"time"
 )
 
 // MsgType names a protocol message.
@@ -222,9 +221,6 @@ func NewConn(f *os.File) *Conn {
 
 // Close closes the socket.
 func (c *Conn) Close() error { return c.f.Close() }
-
-// SetDeadline bounds the next reads and writes.
-func (c *Conn) SetDeadline(t time.Time) error { return c.f.SetDeadline(t) }
 
 func encode(m *Message) ([]byte, error) {
 	b, err := json.Marshal(m)

@@ -49,11 +49,18 @@ a filtered /etc, a minimal /dev, a masked /proc, a private /tmp and home
 (tmpfs), /workspace, and nothing else of the host. Network: loopback only.
 The host environment never reaches the command.
 
-Exit codes: the command's own code; 128+N if a signal N ended it; 124 on
-timeout (the whole process tree is killed); 125 if the sandbox could not be
-set up (bad flag, bad path, host lacking a protection); 126 if the command
-is not executable; 127 if it was not found. With --json the same code is
-the exit status and the JSON's exit_code.
+Limits (--memory, --cpus, --pids, --disk) are enforced by cgroups and the
+size of the sandbox's tmpfs; defaults come from the operator config
+(/etc/moat/config.toml: memory 2 GiB, cpus 2, pids 1024, disk 1 GiB).
+
+Exit codes: the command's own code; 128+N if a signal N ended it; 137 with
+exit_reason "oom" when the memory limit was hit; 124 on timeout (the whole
+process tree is killed, after a 2 s grace for SIGTERM); 125 if the sandbox
+could not be set up (bad flag, bad path or limit, host lacking a
+protection, command line over 1 MiB); 126 if the command is not
+executable; 127 if it was not found. With --json the same code is the exit
+status and the JSON's exit_code (a refused request prints a setup_error
+result).
 
 Examples:
   moat run -- echo hello
