@@ -80,6 +80,14 @@ func (l *Log) notify() {
 	l.changed = make(chan struct{})
 }
 
+// LastSeq is the sequence number of the last chunk appended (0 before
+// the first).
+func (l *Log) LastSeq() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.next - 1
+}
+
 // Close marks the end of the output; readers get what remains, then done.
 func (l *Log) Close() {
 	l.mu.Lock()

@@ -151,4 +151,8 @@ type Sandbox interface {
 	// Shutdown kills every process of the sandbox and removes everything
 	// it created on the host. It is safe to call more than once.
 	Shutdown(ctx context.Context) error
+	// Done is closed once the sandbox's init has ended, whether by
+	// Shutdown or on its own (a crash, the kernel's OOM killer); a
+	// control plane watches it to mark the sandbox stopped.
+	Done() <-chan struct{}
 }

@@ -81,6 +81,12 @@ func newID() string {
 // ID names the sandbox on this host.
 func (s *linuxSandbox) ID() string { return s.id }
 
+// Enforcement reports the protections in effect for this sandbox.
+func (s *linuxSandbox) Enforcement() sandbox.Enforcement { return s.enforcement }
+
+// Done is closed once the init has exited.
+func (s *linuxSandbox) Done() <-chan struct{} { return s.exited }
+
 // start launches the goroutines that watch the init and its messages.
 func (s *linuxSandbox) start() {
 	go s.readLoop()

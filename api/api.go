@@ -1,0 +1,306 @@
+// Package api is the wire contract of moat's control plane: the operations
+// (one table, [Ops], that the HTTP server, the stdio JSON-RPC server and the
+// Go SDK all read), their request and response bodies, streamed events and
+// errors. The same operation has the same name as a JSON-RPC method and the
+// same body over both transports; over HTTP the path parameters and query
+// string fill the fields named by their json tags.
+package api
+
+import (
+	"encoding/json"
+	"time"
+	"unicode/utf8"
+
+	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/sandbox"
+)
+
+// Version is the API version, the first element of every HTTP path.
+const Version = "v1"
+
+// Sandbox states.
+const (
+	StateRunning = "running" // the sandbox's init is up and takes calls
+	StateStopped = "stopped" // deleted, pruned, or its init went away
+)
+
+// End reasons of a stopped sandbox.
+const (
+	EndDeleted  = "deleted"      // a client deleted it
+	EndIdle     = "idle_timeout" // no call for its idle timeout
+	EndTimeout  = "timeout"      // it reached its maximum age
+	EndLost     = "lost"         // the daemon restarted (or was killed) while it ran
+	EndExited   = "init_exited"  // its init process died
+	EndShutdown = "shutdown"     // the daemon stopped
+)
+
+// CreateSandbox is the body of sandbox.create.
+type CreateSandbox struct {
+	// Workspace is a host directory bound at /workspace. Servers accept
+	// host paths only when their operator allows it (stdio mode does);
+	// empty means an in-memory workspace.
+	Workspace string         `json:"workspace,omitempty"`
+	Binds     []sandbox.Bind `json:"binds,omitempty"`
+	Hostname  string         `json:"hostname,omitempty"`
+	Limits    sandbox.Limits `json:"limits"`
+	// TimeoutMs is the sandbox's maximum age; 0 takes the server default.
+	TimeoutMs int64 `json:"timeout_ms,omitempty"`
+	// IdleTimeoutMs ends the sandbox after this long without a call; 0
+	// takes the server default.
+	IdleTimeoutMs int64             `json:"idle_timeout_ms,omitempty"`
+	Labels        map[string]string `json:"labels,omitempty"`
+}
+
+// Sandbox describes one sandbox.
+type Sandbox struct {
+	ID            string            `json:"id"`
+	Tenant        string            `json:"tenant"`
+	State         string            `json:"state"`
+	EndReason     string            `json:"end_reason,omitempty"`
+	CreatedAt     time.Time         `json:"created_at"`
+	LastActiveAt  time.Time         `json:"last_active_at"`
+	EndedAt       *time.Time        `json:"ended_at,omitempty"`
+	TimeoutMs     int64             `json:"timeout_ms"`
+	IdleTimeoutMs int64             `json:"idle_timeout_ms"`
+	Workspace     string            `json:"workspace,omitempty"`
+	Hostname      string            `json:"hostname,omitempty"`
+	Labels        map[string]string `json:"labels,omitempty"`
+	// Running counts the sandbox's processes that have not ended.
+	Running     int                  `json:"running"`
+	Enforcement *sandbox.Enforcement `json:"enforcement,omitempty"`
+}
+
+// SandboxRef names a sandbox (sandbox.get, sandbox.delete).
+type SandboxRef struct {
+	Sandbox string `json:"sandbox"`
+}
+
+// ListSandboxes is the body of sandbox.list.
+type ListSandboxes struct {
+	// State keeps only sandboxes in this state ("running", "stopped");
+	// empty lists running ones and those that stopped recently.
+	State string `json:"state,omitempty"`
+	Limit int    `json:"limit,omitempty"`
+}
+
+// SandboxList is the answer of sandbox.list.
+type SandboxList struct {
+	Sandboxes []Sandbox `json:"sandboxes"`
+}
+
+// Exec is the body of process.exec (run to completion) and process.start
+// (run in the background).
+type Exec struct {
+	Sandbox   string   `json:"sandbox"`
+	Args      []string `json:"args"`
+	Env       []string `json:"env,omitempty"`
+	Cwd       string   `json:"cwd,omitempty"`
+	TimeoutMs int64    `json:"timeout_ms,omitempty"`
+	// Stdin is the process's whole standard input (exec only; start
+	// takes stdin through process.stdin). StdinBase64 is the same for
+	// bytes that are not UTF-8.
+	Stdin       string `json:"stdin,omitempty"`
+	StdinBase64 []byte `json:"stdin_base64,omitempty"`
+	// OutputLimit caps each captured stream (exec) or the retained
+	// output a reader can still fetch (start).
+	OutputLimit int `json:"output_limit,omitempty"`
+	// Stream sends output as events while the process runs (exec only).
+	Stream bool `json:"stream,omitempty"`
+	// Concurrent lets this exec run beside another running exec in the
+	// same sandbox; otherwise the second one is refused (409 busy).
+	Concurrent bool `json:"concurrent,omitempty"`
+}
+
+// Process states.
+const (
+	ProcRunning = "running"
+	ProcExited  = "exited"
+)
+
+// Process describes a process started in a sandbox.
+type Process struct {
+	ID        uint64          `json:"id"`
+	Sandbox   string          `json:"sandbox"`
+	Args      []string        `json:"args"`
+	State     string          `json:"state"`
+	StartedAt time.Time       `json:"started_at"`
+	EndedAt   *time.Time      `json:"ended_at,omitempty"`
+	Result    *sandbox.Result `json:"result,omitempty"`
+}
+
+// ProcessRef names a process (process.get, process.wait).
+type ProcessRef struct {
+	Sandbox string `json:"sandbox"`
+	Process uint64 `json:"process"`
+	// TimeoutMs bounds process.wait; on expiry the process is returned
+	// still running. 0 waits as long as the request may last.
+	TimeoutMs int64 `json:"timeout_ms,omitempty"`
+}
+
+// ProcessList is the answer of process.list.
+type ProcessList struct {
+	Processes []Process `json:"processes"`
+}
+
+// ReadOutput is the body of process.output.
+type ReadOutput struct {
+	Sandbox string `json:"sandbox"`
+	Process uint64 `json:"process"`
+	// After resumes after the event with this sequence number.
+	After uint64 `json:"after,omitempty"`
+	// Follow keeps the stream open until the process ends.
+	Follow bool `json:"follow,omitempty"`
+}
+
+// Stdin is the body of process.stdin.
+type Stdin struct {
+	Sandbox    string `json:"sandbox"`
+	Process    uint64 `json:"process"`
+	Data       string `json:"data,omitempty"`
+	DataBase64 []byte `json:"data_base64,omitempty"`
+	// EOF closes the process's standard input after the data.
+	EOF bool `json:"eof,omitempty"`
+}
+
+// Signal is the body of process.signal.
+type Signal struct {
+	Sandbox string `json:"sandbox"`
+	Process uint64 `json:"process"`
+	// Signal is a name ("TERM", "SIGKILL") or a number ("15").
+	Signal string `json:"signal"`
+}
+
+// Event types of a stream.
+const (
+	EventStdout = "stdout"
+	EventStderr = "stderr"
+	EventExit   = "exit"  // the last event: the process's result
+	EventError  = "error" // the last event: the call failed
+	EventLost   = "lost"  // output before this event was dropped
+)
+
+// Event is one element of a stream (NDJSON line over HTTP, a
+// "process.event" notification over JSON-RPC). Seq numbers the events of
+// one process from 1; a reader resumes with After = the last Seq it saw.
+type Event struct {
+	Seq     uint64 `json:"seq"`
+	Type    string `json:"type"`
+	Process uint64 `json:"process,omitempty"`
+	// Text carries output that is valid UTF-8; Data (base64) any other.
+	Text   string          `json:"text,omitempty"`
+	Data   []byte          `json:"data,omitempty"`
+	Result *sandbox.Result `json:"result,omitempty"`
+	Error  *Error          `json:"error,omitempty"`
+}
+
+// SetOutput puts p in Text when it is valid UTF-8, else in Data.
+func (e *Event) SetOutput(p []byte) {
+	if utf8.Valid(p) {
+		e.Text = string(p)
+		return
+	}
+	e.Data = p
+}
+
+// Output returns the bytes of an output event.
+func (e *Event) Output() []byte {
+	if e.Data != nil {
+		return e.Data
+	}
+	return []byte(e.Text)
+}
+
+// FilePath names a file (file.read, file.list, file.stat, file.download).
+type FilePath struct {
+	Sandbox string `json:"sandbox"`
+	Path    string `json:"path"`
+	// MaxBytes caps a read or download below the server's cap.
+	MaxBytes int64 `json:"max_bytes,omitempty"`
+}
+
+// WriteFile is the body of file.write (and file.upload, whose Content is
+// a tar stream). Over HTTP the content is the raw request body.
+type WriteFile struct {
+	Sandbox string `json:"sandbox"`
+	Path    string `json:"path"`
+	Content []byte `json:"content"`
+	// Mode is the octal permission of a new file ("0644" by default).
+	Mode string `json:"mode,omitempty"`
+}
+
+// FileContent is the answer of file.read and file.download over JSON-RPC
+// (over HTTP the body is the raw content).
+type FileContent struct {
+	Path    string `json:"path"`
+	Size    int64  `json:"size"`
+	Content []byte `json:"content"`
+}
+
+// Written is the answer of file.write and file.upload.
+type Written struct {
+	Path string `json:"path"`
+	Size int64  `json:"size"`
+}
+
+// DirList is the answer of file.list.
+type DirList struct {
+	Path    string             `json:"path"`
+	Entries []sandbox.FileInfo `json:"entries"`
+}
+
+// Mkdir is the body of file.mkdir.
+type Mkdir struct {
+	Sandbox string `json:"sandbox"`
+	Path    string `json:"path"`
+	Parents bool   `json:"parents,omitempty"`
+	Mode    string `json:"mode,omitempty"`
+}
+
+// Remove is the body of file.remove.
+type Remove struct {
+	Sandbox   string `json:"sandbox"`
+	Path      string `json:"path"`
+	Recursive bool   `json:"recursive,omitempty"`
+}
+
+// Move is the body of file.move.
+type Move struct {
+	Sandbox string `json:"sandbox"`
+	From    string `json:"from"`
+	To      string `json:"to"`
+}
+
+// OK is the answer of operations that return nothing else.
+type OK struct {
+	OK bool `json:"ok"`
+}
+
+// AuditQuery is the body of audit.query; the server restricts it to the
+// caller's tenant.
+type AuditQuery struct {
+	Sandbox  string    `json:"sandbox,omitempty"`
+	Call     string    `json:"call,omitempty"`
+	Kind     string    `json:"kind,omitempty"`
+	Decision string    `json:"decision,omitempty"`
+	Since    time.Time `json:"since,omitzero"`
+	Until    time.Time `json:"until,omitzero"`
+	AfterSeq uint64    `json:"after_seq,omitempty"`
+	Limit    int       `json:"limit,omitempty"`
+	Newest   bool      `json:"newest,omitempty"`
+}
+
+// AuditPage is the answer of audit.query.
+type AuditPage struct {
+	Events []audit.Event `json:"events"`
+	// More is true when more events match after the last one returned.
+	More bool `json:"more"`
+}
+
+// Health is the answer of /healthz and /readyz.
+type Health struct {
+	Status string `json:"status"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Raw marks a JSON value passed through unchanged.
+type Raw = json.RawMessage

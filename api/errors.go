@@ -1,0 +1,123 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// Error codes. Every error of the API is an [Error] with one of them.
+const (
+	CodeInvalidArgument  = "invalid_argument"    // 400: malformed or out-of-range input
+	CodeUnauthenticated  = "unauthenticated"     // 401: missing or wrong token
+	CodePermissionDenied = "permission_denied"   // 403: the caller may not do this
+	CodeNotFound         = "not_found"           // 404: no such sandbox, process, file or route
+	CodeMethodNotAllowed = "method_not_allowed"  // 405
+	CodeTimeout          = "timeout"             // 408: the request took longer than allowed
+	CodeBusy             = "busy"                // 409: another exec is running in the sandbox
+	CodeConflict         = "conflict"            // 409: the target exists or is not empty
+	CodeGone             = "gone"                // 410: the sandbox or process has ended
+	CodeTooLarge         = "too_large"           // 413: request, file or archive over its cap
+	CodeUnsupportedMedia = "unsupported_media"   // 415: body is not JSON where JSON is required
+	CodeTooMany          = "resource_exhausted"  // 429: tenant or server sandbox quota reached
+	CodeInternal         = "internal"            // 500: a fault of moat (never for bad input)
+	CodeSetup            = "setup_failed"        // 500: the sandbox could not be set up
+	CodeUnavailable      = "unavailable"         // 503: the server is shutting down
+	CodeFile             = "file_error"          // 4xx: a file operation failed inside the sandbox (see Errno)
+	CodeNotRunning       = "sandbox_not_running" // 409: the sandbox is not running
+	CodeUnimplemented    = "unimplemented"       // 501: the server cannot do this here
+)
+
+// Error is the body of every failed call: HTTP answers it as JSON with the
+// status of its code; JSON-RPC carries it as the error's data.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	// Errno is the kernel's error name inside the sandbox for file_error
+	// (ENOENT, EACCES, EEXIST, ENOTDIR, EISDIR, ENOTEMPTY, EROFS, ELOOP,
+	// ENOSPC, ETOOBIG, EBADTAR, EINVAL…).
+	Errno string `json:"errno,omitempty"`
+}
+
+func (e *Error) Error() string {
+	if e.Errno != "" {
+		return fmt.Sprintf("%s (%s): %s", e.Code, e.Errno, e.Message)
+	}
+	return e.Code + ": " + e.Message
+}
+
+// Is makes errors.Is(err, &api.Error{Code: c}) match any Error with code c.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code && (t.Errno == "" || t.Errno == e.Errno)
+}
+
+// Errorf returns an Error with code and a formatted message.
+func Errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// AsError returns err as an *Error; anything else is internal.
+func AsError(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return &Error{Code: CodeInternal, Message: err.Error()}
+}
+
+// HTTPStatus is the HTTP status of an error code.
+func HTTPStatus(e *Error) int {
+	switch e.Code {
+	case CodeInvalidArgument:
+		return http.StatusBadRequest
+	case CodeUnauthenticated:
+		return http.StatusUnauthorized
+	case CodePermissionDenied:
+		return http.StatusForbidden
+	case CodeNotFound:
+		return http.StatusNotFound
+	case CodeMethodNotAllowed:
+		return http.StatusMethodNotAllowed
+	case CodeTimeout:
+		return http.StatusRequestTimeout
+	case CodeBusy, CodeConflict, CodeNotRunning:
+		return http.StatusConflict
+	case CodeGone:
+		return http.StatusGone
+	case CodeTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case CodeUnsupportedMedia:
+		return http.StatusUnsupportedMediaType
+	case CodeTooMany:
+		return http.StatusTooManyRequests
+	case CodeUnavailable:
+		return http.StatusServiceUnavailable
+	case CodeUnimplemented:
+		return http.StatusNotImplemented
+	case CodeFile:
+		switch e.Errno {
+		case "ENOENT", "ENOTDIR":
+			return http.StatusNotFound
+		case "EACCES", "EPERM", "EROFS":
+			return http.StatusForbidden
+		case "EEXIST", "ENOTEMPTY", "EISDIR", "EBUSY":
+			return http.StatusConflict
+		case "ETOOBIG", "ENOSPC", "EFBIG", "ENAMETOOLONG":
+			return http.StatusRequestEntityTooLarge
+		}
+		return http.StatusBadRequest
+	}
+	return http.StatusInternalServerError
+}
+
+// JSON-RPC 2.0 error codes: the standard ones, and -32000 for every error
+// of moat, whose data is the [Error].
+const (
+	RPCParseError     = -32700
+	RPCInvalidRequest = -32600
+	RPCMethodNotFound = -32601
+	RPCInvalidParams  = -32602
+	RPCInternalError  = -32603
+	RPCServerError    = -32000
+)

@@ -1,0 +1,108 @@
+package api
+
+import "github.com/moat-sandbox/moat/sandbox"
+
+// Body says how an HTTP request or answer carries its payload.
+type Body int
+
+const (
+	// BodyJSON: a JSON object (the request type, the answer type).
+	BodyJSON Body = iota
+	// BodyNone: no request body; every field comes from the path and the
+	// query string.
+	BodyNone
+	// BodyRaw: raw bytes (application/octet-stream, or application/x-tar
+	// for archives): a file's content or a tar stream. Over JSON-RPC the
+	// same bytes travel base64-encoded in the "content" field.
+	BodyRaw
+	// BodyStream: NDJSON (application/x-ndjson), one [Event] per line.
+	// Over JSON-RPC the events are "process.event" notifications sent
+	// before the response.
+	BodyStream
+)
+
+// Op is one operation of the API.
+type Op struct {
+	// Name is the JSON-RPC method and the operation's id in the OpenAPI
+	// document.
+	Name string
+	// Method and Path route it over HTTP; {sandbox} and {process} fill
+	// the request's fields of those names.
+	Method, Path string
+	// In and Out say how the request and the answer travel over HTTP.
+	In, Out Body
+	// Summary documents the operation in one line.
+	Summary string
+	// Request and Response are zero values of the request type and of
+	// the answer (for a stream: of the JSON-RPC response that follows
+	// the events; for raw bodies: of the JSON-RPC form).
+	Request, Response any
+}
+
+// Operation names.
+const (
+	OpSandboxCreate = "sandbox.create"
+	OpSandboxList   = "sandbox.list"
+	OpSandboxGet    = "sandbox.get"
+	OpSandboxDelete = "sandbox.delete"
+	OpExec          = "process.exec"
+	OpStart         = "process.start"
+	OpProcessList   = "process.list"
+	OpProcessGet    = "process.get"
+	OpOutput        = "process.output"
+	OpStdin         = "process.stdin"
+	OpSignal        = "process.signal"
+	OpWait          = "process.wait"
+	OpFileRead      = "file.read"
+	OpFileWrite     = "file.write"
+	OpFileList      = "file.list"
+	OpFileStat      = "file.stat"
+	OpFileMkdir     = "file.mkdir"
+	OpFileRemove    = "file.remove"
+	OpFileMove      = "file.move"
+	OpFileUpload    = "file.upload"
+	OpFileDownload  = "file.download"
+	OpAuditQuery    = "audit.query"
+
+	// NotifyEvent is the JSON-RPC notification that carries a stream's
+	// events: params {"id": <request id>, "event": Event}.
+	NotifyEvent = "process.event"
+)
+
+const sb = "/v1/sandboxes/{sandbox}"
+
+// Ops is every operation, in the order the documentation lists them.
+var Ops = []Op{
+	{OpSandboxCreate, "POST", "/v1/sandboxes", BodyJSON, BodyJSON, "Create a sandbox and wait until it is ready.", CreateSandbox{}, Sandbox{}},
+	{OpSandboxList, "GET", "/v1/sandboxes", BodyNone, BodyJSON, "List the caller's sandboxes.", ListSandboxes{}, SandboxList{}},
+	{OpSandboxGet, "GET", sb, BodyNone, BodyJSON, "Describe one sandbox.", SandboxRef{}, Sandbox{}},
+	{OpSandboxDelete, "DELETE", sb, BodyNone, BodyJSON, "Kill every process of a sandbox and remove it.", SandboxRef{}, Sandbox{}},
+	{OpExec, "POST", sb + "/exec", BodyJSON, BodyJSON, "Run a process to completion; with stream=true the answer is an NDJSON event stream.", Exec{}, sandbox.Result{}},
+	{OpStart, "POST", sb + "/processes", BodyJSON, BodyJSON, "Start a process in the background.", Exec{}, Process{}},
+	{OpProcessList, "GET", sb + "/processes", BodyNone, BodyJSON, "List the sandbox's processes.", SandboxRef{}, ProcessList{}},
+	{OpProcessGet, "GET", sb + "/processes/{process}", BodyNone, BodyJSON, "Describe one process (with its result once it has ended).", ProcessRef{}, Process{}},
+	{OpOutput, "GET", sb + "/processes/{process}/output", BodyNone, BodyStream, "Stream a process's output from a sequence number; follow=true waits for the end.", ReadOutput{}, Process{}},
+	{OpStdin, "POST", sb + "/processes/{process}/stdin", BodyJSON, BodyJSON, "Write to a process's standard input; eof=true closes it.", Stdin{}, OK{}},
+	{OpSignal, "POST", sb + "/processes/{process}/signal", BodyJSON, BodyJSON, "Send a signal to a process's group.", Signal{}, OK{}},
+	{OpWait, "POST", sb + "/processes/{process}/wait", BodyJSON, BodyJSON, "Wait for a process to end (bounded by timeout_ms).", ProcessRef{}, Process{}},
+	{OpFileRead, "GET", sb + "/files", BodyNone, BodyRaw, "Read a file.", FilePath{}, FileContent{}},
+	{OpFileWrite, "PUT", sb + "/files", BodyRaw, BodyJSON, "Replace a file atomically with the request body.", WriteFile{}, Written{}},
+	{OpFileList, "GET", sb + "/files/list", BodyNone, BodyJSON, "List a directory.", FilePath{}, DirList{}},
+	{OpFileStat, "GET", sb + "/files/stat", BodyNone, BodyJSON, "Describe a file without following a final symlink.", FilePath{}, sandbox.FileInfo{}},
+	{OpFileMkdir, "POST", sb + "/files/mkdir", BodyJSON, BodyJSON, "Create a directory.", Mkdir{}, OK{}},
+	{OpFileRemove, "POST", sb + "/files/remove", BodyJSON, BodyJSON, "Remove a file or directory.", Remove{}, OK{}},
+	{OpFileMove, "POST", sb + "/files/move", BodyJSON, BodyJSON, "Move or rename a file or directory.", Move{}, OK{}},
+	{OpFileUpload, "PUT", sb + "/archive", BodyRaw, BodyJSON, "Extract a tar stream under a directory.", WriteFile{}, Written{}},
+	{OpFileDownload, "GET", sb + "/archive", BodyNone, BodyRaw, "Download a file or tree as a tar stream.", FilePath{}, FileContent{}},
+	{OpAuditQuery, "GET", "/v1/audit", BodyNone, BodyJSON, "Query the caller's audit events.", AuditQuery{}, AuditPage{}},
+}
+
+// Lookup returns the operation named name.
+func Lookup(name string) (Op, bool) {
+	for _, o := range Ops {
+		if o.Name == name {
+			return o, true
+		}
+	}
+	return Op{}, false
+}

@@ -1,0 +1,238 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/config"
+	"github.com/moat-sandbox/moat/runtime/linux"
+	"github.com/moat-sandbox/moat/server"
+	"github.com/moat-sandbox/moat/store"
+)
+
+// Defaults of moat serve.
+const (
+	defaultListen  = "127.0.0.1:7070"
+	defaultDataDir = "/var/lib/moat"
+	shutdownGrace  = 10 * time.Second
+)
+
+type serveFlags struct {
+	listen         string
+	data           string
+	stdio          bool
+	config         string
+	allowHostPaths bool
+	timeout        time.Duration
+	idleTimeout    time.Duration
+	maxSandboxes   int
+	maxPerTenant   int
+	logLevel       string
+}
+
+const serveLong = `Run the control-plane daemon: long-lived sandboxes, their processes and
+files, over the HTTP API (/v1, bearer token) or, with --stdio, as JSON-RPC 2.0
+over stdin/stdout (one daemon per agent; no port, no token).
+
+State lives in the data directory (default ` + defaultDataDir + `, mode 0700):
+moat.db (SQLite: sandboxes, calls, results), audit/ (the JSONL audit tape),
+tokens (one "TENANT TOKEN" per line, mode 0600; reloaded on SIGHUP) and
+token (the "default" tenant's token, created on first start, for local
+clients: MOAT_TOKEN_FILE). A --stdio daemon uses a data directory of its
+own under ` + defaultDataDir + `/stdio/ unless --data is given.
+
+On start the daemon reconciles what a killed predecessor left: sandboxes
+and calls it recorded as running are marked lost, and leftover cgroups are
+removed (the sandboxes' processes, mounts and namespaces died with it).
+SIGINT or SIGTERM stop it cleanly: running sandboxes are deleted (reason
+"shutdown") and every record is kept.
+
+Endpoints: /v1/... (see docs/API.md and docs/openapi.json), /healthz,
+/readyz, /metrics (Prometheus text format).
+
+Exit codes: 0 after a clean stop; 125 if the daemon could not start (bad
+flag, data directory, tokens file, address in use, host lacking a
+protection).`
+
+func serveCommand() *command {
+	f := &serveFlags{}
+	return &command{
+		name:  "serve",
+		usage: "[flags]",
+		short: "run the control-plane daemon (HTTP API or --stdio JSON-RPC)",
+		long:  serveLong,
+		setup: func(fl *pflag.FlagSet) {
+			fl.StringVar(&f.listen, "listen", defaultListen, "HTTP `ADDR` to listen on (host:port, or unix:/path/to.sock)")
+			fl.StringVar(&f.data, "data", "", "data `DIR` (default "+defaultDataDir+")")
+			fl.BoolVar(&f.stdio, "stdio", false, "serve JSON-RPC 2.0 on stdin/stdout instead of HTTP")
+			fl.StringVar(&f.config, "config", "", "operator config `FILE` with default limits (default $MOAT_CONFIG or "+config.DefaultPath+")")
+			fl.BoolVar(&f.allowHostPaths, "allow-host-paths", false, "let HTTP callers bind host directories (always on with --stdio)")
+			fl.DurationVar(&f.timeout, "default-timeout", server.DefaultTimeout, "maximum age of a sandbox created without timeout_ms")
+			fl.DurationVar(&f.idleTimeout, "idle-timeout", server.DefaultIdleTimeout, "idle timeout of a sandbox created without idle_timeout_ms")
+			fl.IntVar(&f.maxSandboxes, "max-sandboxes", server.DefaultMaxSandboxes, "running sandboxes allowed on this daemon")
+			fl.IntVar(&f.maxPerTenant, "max-per-tenant", server.DefaultMaxPerTenant, "running sandboxes allowed per tenant")
+			fl.StringVar(&f.logLevel, "log-level", "info", "log `LEVEL` on stderr: debug, info, warn, error")
+		},
+		run: func(ctx context.Context, args []string) error { return runServe(ctx, f, args) },
+	}
+}
+
+func runServe(ctx context.Context, f *serveFlags, args []string) error {
+	if len(args) > 0 {
+		return usageError("serve takes no arguments (got %q)", args[0])
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return usageError("--log-level %q: want debug, info, warn or error", f.logLevel)
+	}
+	if os.Getenv("MOAT_LOG") == "debug" {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	defaults, err := config.Load(f.config)
+	if err != nil {
+		return err
+	}
+	dataDir := f.data
+	if dataDir == "" {
+		dataDir = defaultDataDir
+		if f.stdio {
+			dataDir = filepath.Join(defaultDataDir, "stdio", fmt.Sprintf("%s-%d", time.Now().UTC().Format("20060102T150405"), os.Getpid()))
+		}
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	if fi, err := os.Stat(dataDir); err != nil || fi.Mode().Perm()&0o077 != 0 {
+		if err == nil {
+			err = fmt.Errorf("%s is open to other users (mode %04o); chmod 700 it", dataDir, fi.Mode().Perm())
+		}
+		return fmt.Errorf("data directory: %w", err)
+	}
+	rt, err := linux.New(linux.WithDefaults(defaults.Limits), linux.WithKillGrace(defaults.KillGrace), linux.WithLogger(log))
+	if err != nil {
+		return err
+	}
+	tape, err := audit.Open(filepath.Join(dataDir, "audit"))
+	if err != nil {
+		return fmt.Errorf("audit tape (is another daemon using %s?): %w", dataDir, err)
+	}
+	defer tape.Close()
+	st, err := store.Open(ctx, filepath.Join(dataDir, "moat.db"))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if n := tape.DroppedBytes(); n > 0 {
+		log.Warn("audit tape ended with a partial line (a crash); dropped it", "bytes", n)
+	}
+	svc, err := server.New(server.Config{
+		Runtime: rt, Store: st, Tape: tape, Logger: log,
+		AllowHostPaths: f.allowHostPaths || f.stdio,
+		DefaultTimeout: f.timeout, DefaultIdleTimeout: f.idleTimeout,
+		MaxSandboxes: f.maxSandboxes, MaxPerTenant: f.maxPerTenant,
+	})
+	if err != nil {
+		return err
+	}
+	if err := svc.Start(ctx); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if f.stdio {
+		err = svc.ServeRPC(ctx, os.Stdin, os.Stdout, server.Caller{Tenant: "local", Actor: "stdio"})
+	} else {
+		err = serveHTTP(ctx, f, dataDir, svc, log)
+	}
+	closeCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if cerr := svc.Close(closeCtx); err == nil {
+		err = cerr
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// serveHTTP serves the API until ctx ends, then drains open requests.
+func serveHTTP(ctx context.Context, f *serveFlags, dataDir string, svc *server.Service, log *slog.Logger) error {
+	tokens, created, err := server.LoadTokens(dataDir)
+	if err != nil {
+		return err
+	}
+	network, addr := "tcp", f.listen
+	if p, ok := strings.CutPrefix(f.listen, "unix:"); ok {
+		network, addr = "unix", p
+		_ = os.Remove(p)
+	}
+	ln, err := net.Listen(network, addr)
+	if err != nil {
+		return err
+	}
+	if network == "unix" {
+		defer os.Remove(addr)
+	}
+	tokenPath := filepath.Join(dataDir, server.TokenFile)
+	url := "http://" + ln.Addr().String()
+	if network == "unix" {
+		url = "unix:" + addr
+	}
+	if created {
+		log.Info("created an API token for tenant \"default\"", "file", tokenPath)
+	}
+	log.Info("listening", "url", url, "token_file", tokenPath, "data", dataDir)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for range hup {
+			if err := tokens.Reload(); err != nil {
+				log.Error("reloading tokens", "err", err)
+			} else {
+				log.Info("reloaded tokens")
+			}
+		}
+	}()
+	srv := &http.Server{
+		Handler:           svc.Handler(tokens),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("stopping")
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	// Stop taking requests, end the sandboxes (which ends the requests
+	// that follow their processes), then wait for the rest.
+	shut := make(chan error, 1)
+	go func() { shut <- srv.Shutdown(sctx) }()
+	_ = svc.Close(sctx)
+	if err := <-shut; err != nil {
+		_ = srv.Close()
+	}
+	return nil
+}

@@ -1,0 +1,598 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/api"
+	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/output"
+	"github.com/moat-sandbox/moat/sandbox"
+	"github.com/moat-sandbox/moat/store"
+)
+
+// maxProcsKept bounds the processes a sandbox remembers; the oldest
+// ended ones are forgotten first.
+const maxProcsKept = 1024
+
+// proc is a background process of a sandbox.
+type proc struct {
+	id      uint64
+	callID  string
+	args    []string
+	started time.Time
+	p       sandbox.Proc
+	log     *output.Log
+	stdin   *stdinBuffer
+
+	mu     sync.Mutex
+	result *sandbox.Result
+	ended  *time.Time
+	done   chan struct{}
+}
+
+func (p *proc) isDone() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *proc) snapshot(sandboxID string) api.Process {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := api.Process{ID: p.id, Sandbox: sandboxID, Args: p.args, State: api.ProcRunning, StartedAt: p.started, Result: p.result, EndedAt: p.ended}
+	if p.ended != nil {
+		out.State = api.ProcExited
+	}
+	return out
+}
+
+// processOf builds the runtime's Process from a request; stdin, stdout
+// and stderr are the caller's to set.
+func processOf(req *api.Exec, maxTimeout time.Duration) (*sandbox.Process, error) {
+	if len(req.Args) == 0 {
+		return nil, api.Errorf(api.CodeInvalidArgument, "args must name a command")
+	}
+	for _, a := range append(append([]string{req.Cwd}, req.Args...), req.Env...) {
+		if strings.IndexByte(a, 0) >= 0 {
+			return nil, api.Errorf(api.CodeInvalidArgument, "args, env and cwd must not contain NUL bytes")
+		}
+	}
+	timeout, err := durationField("timeout_ms", req.TimeoutMs, 0, maxTimeout)
+	if err != nil {
+		return nil, err
+	}
+	if req.OutputLimit < 0 {
+		return nil, api.Errorf(api.CodeInvalidArgument, "output_limit must not be negative")
+	}
+	return &sandbox.Process{Args: req.Args, Env: req.Env, Cwd: req.Cwd, Timeout: timeout, OutputLimit: req.OutputLimit}, nil
+}
+
+// requestSummary is what the audit keeps of an exec: the command, not the
+// values of the environment (they may hold credentials).
+func requestSummary(req *api.Exec) map[string]any {
+	keys := make([]string, 0, len(req.Env))
+	for _, kv := range req.Env {
+		k, _, _ := strings.Cut(kv, "=")
+		keys = append(keys, k)
+	}
+	sum := map[string]any{"args": req.Args}
+	if len(keys) > 0 {
+		sum["env_keys"] = keys
+	}
+	if req.Cwd != "" {
+		sum["cwd"] = req.Cwd
+	}
+	if req.TimeoutMs != 0 {
+		sum["timeout_ms"] = req.TimeoutMs
+	}
+	return sum
+}
+
+func resultSummary(r *sandbox.Result) map[string]any {
+	if r == nil {
+		return nil
+	}
+	return map[string]any{"exit_code": r.ExitCode, "exit_reason": r.ExitReason, "duration_ms": r.DurationMs,
+		"stdout_bytes": r.StdoutBytes, "stderr_bytes": r.StderrBytes, "truncated": r.Truncated, "error": r.Error}
+}
+
+// newCall records the start of a call in the store.
+func (s *Service) newCall(ctx context.Context, c Caller, m *managed, id, kind string, args []string) error {
+	return s.cfg.Store.PutCall(ctx, &store.Call{ID: id, Sandbox: m.info.ID, Tenant: c.Tenant, Kind: kind, Args: args, StartedAt: time.Now()})
+}
+
+// finishCall records the end of a call in the store and the audit tape.
+func (s *Service) finishCall(c Caller, m *managed, id, kind string, req *api.Exec, res *sandbox.Result, err error, took time.Duration) {
+	ev := audit.Event{Kind: kind, Tenant: c.Tenant, Actor: c.Actor, Sandbox: m.info.ID, Call: id,
+		Decision: audit.DecisionAllow, Request: mustJSON(requestSummary(req)), DurationMs: took.Milliseconds()}
+	code, reason := sandbox.ExitSetupFailed, string(sandbox.ReasonSetupError)
+	if res != nil {
+		code, reason = res.ExitCode, string(res.ExitReason)
+		ev.Result = mustJSON(resultSummary(res))
+	}
+	if err != nil {
+		ev.Error = err.Error()
+	}
+	if serr := s.cfg.Store.FinishCall(context.Background(), id, time.Now(), code, reason, mustJSON(res)); serr != nil {
+		s.log.Error("recording the end of a call", "call", id, "err", serr)
+	}
+	s.record(ev)
+}
+
+func (s *Service) exec(ctx context.Context, c Caller, in *input) (any, error) {
+	req, err := decode[api.Exec](in)
+	if err != nil {
+		return nil, err
+	}
+	p, err := processOf(req, s.cfg.MaxTimeout)
+	if err != nil {
+		return nil, err
+	}
+	if len(req.StdinBase64) > 0 {
+		p.Stdin = bytes.NewReader(req.StdinBase64)
+	} else if req.Stdin != "" {
+		p.Stdin = strings.NewReader(req.Stdin)
+	}
+	m, done, err := s.use(c, req.Sandbox)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	if !req.Concurrent {
+		m.mu.Lock()
+		busy := m.busy
+		m.busy = true
+		m.mu.Unlock()
+		if busy {
+			return nil, api.Errorf(api.CodeBusy, "another exec is running in sandbox %s (set concurrent to run beside it)", m.info.ID)
+		}
+		defer func() {
+			m.mu.Lock()
+			m.busy = false
+			m.mu.Unlock()
+		}()
+	}
+	var st *eventSink
+	if req.Stream && in.emit != nil {
+		st = &eventSink{emit: in.emit}
+		p.Stdout, p.Stderr = st.writer(api.EventStdout), st.writer(api.EventStderr)
+	}
+	m.mu.Lock()
+	callID := fmt.Sprintf("%s/c%d", m.info.ID, m.nextCall())
+	m.mu.Unlock()
+	if err := s.newCall(ctx, c, m, callID, "exec", req.Args); err != nil {
+		return nil, fmt.Errorf("record call: %w", err)
+	}
+	start := time.Now()
+	res, err := m.sb.Exec(ctx, p)
+	s.finishCall(c, m, callID, "process.exec", req, res, err, time.Since(start))
+	if err != nil && !isSetupOnly(err) {
+		return nil, err
+	}
+	if st != nil {
+		st.finish(res)
+	}
+	return res, nil
+}
+
+// isSetupOnly reports whether err is a failure to start the process that
+// its result already describes (exit 125, setup_error) rather than bad
+// input or a sandbox that is gone.
+func isSetupOnly(err error) bool {
+	ae := apiError(err).(*api.Error)
+	return ae.Code == api.CodeSetup
+}
+
+// eventSink turns output written by the runtime into numbered events.
+type eventSink struct {
+	mu   sync.Mutex
+	seq  uint64
+	emit func(api.Event) error
+	err  error
+}
+
+func (e *eventSink) writer(stream string) io.Writer {
+	return writerFunc(func(p []byte) (int, error) {
+		ev := api.Event{Type: stream}
+		ev.SetOutput(append([]byte(nil), p...))
+		e.send(ev)
+		return len(p), nil
+	})
+}
+
+// send numbers and emits an event; once the reader has gone, later
+// events are dropped (the process still runs to its end or timeout).
+func (e *eventSink) send(ev api.Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.err != nil {
+		return
+	}
+	e.seq++
+	ev.Seq = e.seq
+	e.err = e.emit(ev)
+}
+
+func (e *eventSink) finish(res *sandbox.Result) {
+	e.send(api.Event{Type: api.EventExit, Result: res})
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+func (s *Service) start(ctx context.Context, c Caller, in *input) (any, error) {
+	req, err := decode[api.Exec](in)
+	if err != nil {
+		return nil, err
+	}
+	p, err := processOf(req, s.cfg.MaxTimeout)
+	if err != nil {
+		return nil, err
+	}
+	if req.Stdin != "" || len(req.StdinBase64) > 0 {
+		return nil, api.Errorf(api.CodeInvalidArgument, "a background process takes its input through process.stdin")
+	}
+	m, done, err := s.use(c, req.Sandbox)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	keep := s.cfg.OutputBuffer
+	if req.OutputLimit > 0 {
+		keep = min(req.OutputLimit, 4*s.cfg.OutputBuffer)
+	}
+	pr := &proc{args: req.Args, started: time.Now(), log: output.NewLog(keep), stdin: newStdinBuffer(maxStdinPending), done: make(chan struct{})}
+	p.Stdin, p.Stdout, p.Stderr = pr.stdin, pr.log.Writer(api.EventStdout), pr.log.Writer(api.EventStderr)
+	m.mu.Lock()
+	pr.callID = fmt.Sprintf("%s/c%d", m.info.ID, m.nextCall())
+	m.mu.Unlock()
+	if err := s.newCall(ctx, c, m, pr.callID, "start", req.Args); err != nil {
+		return nil, fmt.Errorf("record call: %w", err)
+	}
+	handle, err := m.sb.Start(ctx, p)
+	if err != nil {
+		pr.stdin.Close()
+		s.finishCall(c, m, pr.callID, "process.start", req, nil, err, time.Since(pr.started))
+		return nil, err
+	}
+	pr.id, pr.p = handle.ID(), handle
+	m.mu.Lock()
+	m.procs[pr.id] = pr
+	m.forgetOldProcs()
+	m.mu.Unlock()
+	s.record(audit.Event{Kind: "process.start", Tenant: c.Tenant, Actor: c.Actor, Sandbox: m.info.ID, Call: pr.callID,
+		Decision: audit.DecisionAllow, Request: mustJSON(requestSummary(req)), Result: mustJSON(map[string]uint64{"process": pr.id})})
+	s.tasks.Add(1)
+	go func() {
+		defer s.tasks.Done()
+		res, err := handle.Wait(context.Background())
+		now := time.Now()
+		pr.stdin.Close()
+		pr.mu.Lock()
+		pr.result, pr.ended = res, &now
+		pr.mu.Unlock()
+		pr.log.Close()
+		close(pr.done)
+		s.finishCall(c, m, pr.callID, "process.exit", req, res, err, now.Sub(pr.started))
+	}()
+	out := pr.snapshot(m.info.ID)
+	return &out, nil
+}
+
+// nextCall numbers the calls of a sandbox; m.mu must be held.
+func (m *managed) nextCall() uint64 {
+	m.calls++
+	return m.calls
+}
+
+// forgetOldProcs drops the oldest ended processes past maxProcsKept;
+// m.mu must be held.
+func (m *managed) forgetOldProcs() {
+	if len(m.procs) <= maxProcsKept {
+		return
+	}
+	ids := make([]uint64, 0, len(m.procs))
+	for id, p := range m.procs {
+		if p.isDone() {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids[:min(len(ids), len(m.procs)-maxProcsKept)] {
+		delete(m.procs, id)
+	}
+}
+
+// findProc looks up a process of a running sandbox.
+func (s *Service) findProc(c Caller, sandboxID string, id uint64) (*managed, *proc, func(), error) {
+	m, done, err := s.use(c, sandboxID)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	m.mu.Lock()
+	p := m.procs[id]
+	m.mu.Unlock()
+	if p == nil {
+		done()
+		return nil, nil, nil, api.Errorf(api.CodeNotFound, "no process %d in sandbox %s", id, sandboxID)
+	}
+	return m, p, done, nil
+}
+
+func (s *Service) listProcs(ctx context.Context, c Caller, in *input) (any, error) {
+	req, err := decode[api.SandboxRef](in)
+	if err != nil {
+		return nil, err
+	}
+	m, done, err := s.use(c, req.Sandbox)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	m.mu.Lock()
+	procs := make([]*proc, 0, len(m.procs))
+	for _, p := range m.procs {
+		procs = append(procs, p)
+	}
+	m.mu.Unlock()
+	slices.SortFunc(procs, func(a, b *proc) int { return cmpU64(a.id, b.id) })
+	out := api.ProcessList{Processes: make([]api.Process, 0, len(procs))}
+	for _, p := range procs {
+		out.Processes = append(out.Processes, p.snapshot(m.info.ID))
+	}
+	return &out, nil
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func (s *Service) getProc(ctx context.Context, c Caller, in *input) (any, error) {
+	req, err := decode[api.ProcessRef](in)
+	if err != nil {
+		return nil, err
+	}
+	m, p, done, err := s.findProc(c, req.Sandbox, req.Process)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	out := p.snapshot(m.info.ID)
+	return &out, nil
+}
+
+func (s *Service) waitProc(ctx context.Context, c Caller, in *input) (any, error) {
+	req, err := decode[api.ProcessRef](in)
+	if err != nil {
+		return nil, err
+	}
+	limit, err := durationField("timeout_ms", req.TimeoutMs, s.cfg.MaxTimeout, s.cfg.MaxTimeout)
+	if err != nil {
+		return nil, err
+	}
+	m, p, done, err := s.findProc(c, req.Sandbox, req.Process)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case <-p.done:
+	case <-t.C:
+	case <-ctx.Done():
+	case <-m.endDone:
+	}
+	out := p.snapshot(m.info.ID)
+	return &out, nil
+}
+
+func (s *Service) signalProc(ctx context.Context, c Caller, in *input) (any, error) {
+	req, err := decode[api.Signal](in)
+	if err != nil {
+		return nil, err
+	}
+	sig, err := parseSignal(req.Signal)
+	if err != nil {
+		return nil, err
+	}
+	m, p, done, err := s.findProc(c, req.Sandbox, req.Process)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	err = p.p.Signal(sig)
+	s.record(audit.Event{Kind: "process.signal", Tenant: c.Tenant, Actor: c.Actor, Sandbox: m.info.ID, Call: p.callID,
+		Decision: audit.DecisionAllow, Request: mustJSON(map[string]any{"process": p.id, "signal": unix.SignalName(sig)}), Error: errString(err)})
+	if err != nil {
+		return nil, err
+	}
+	return &api.OK{OK: true}, nil
+}
+
+// parseSignal accepts "TERM", "SIGTERM", "sigterm" or "15".
+func parseSignal(name string) (unix.Signal, error) {
+	if n, err := strconv.Atoi(name); err == nil {
+		if n < 1 || n > 64 {
+			return 0, api.Errorf(api.CodeInvalidArgument, "signal %d is out of range", n)
+		}
+		return unix.Signal(n), nil
+	}
+	up := strings.ToUpper(name)
+	if !strings.HasPrefix(up, "SIG") {
+		up = "SIG" + up
+	}
+	if sig := unix.SignalNum(up); sig != 0 {
+		return sig, nil
+	}
+	return 0, api.Errorf(api.CodeInvalidArgument, "unknown signal %q", name)
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func (s *Service) stdinProc(ctx context.Context, c Caller, in *input) (any, error) {
+	req, err := decode[api.Stdin](in)
+	if err != nil {
+		return nil, err
+	}
+	m, p, done, err := s.findProc(c, req.Sandbox, req.Process)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	data := req.DataBase64
+	if data == nil {
+		data = []byte(req.Data)
+	}
+	if p.isDone() {
+		return nil, api.Errorf(api.CodeGone, "process %d has ended", p.id)
+	}
+	if err := p.stdin.write(data, req.EOF); err != nil {
+		return nil, err
+	}
+	s.record(audit.Event{Kind: "process.stdin", Tenant: c.Tenant, Actor: c.Actor, Sandbox: m.info.ID, Call: p.callID,
+		Decision: audit.DecisionAllow, Request: mustJSON(map[string]any{"process": p.id, "bytes": len(data), "eof": req.EOF})})
+	return &api.OK{OK: true}, nil
+}
+
+func (s *Service) output(ctx context.Context, c Caller, in *input) (any, error) {
+	req, err := decode[api.ReadOutput](in)
+	if err != nil {
+		return nil, err
+	}
+	if in.emit == nil {
+		return nil, api.Errorf(api.CodeInvalidArgument, "process.output is a stream")
+	}
+	m, p, done, err := s.findProc(c, req.Sandbox, req.Process)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	readCtx := ctx
+	if !req.Follow {
+		// A cancelled context makes Read return what it has at once.
+		c, cancel := context.WithCancel(ctx)
+		cancel()
+		readCtx = c
+	}
+	after := req.After
+	for {
+		chunks, closed, lost, err := p.log.Read(readCtx, after)
+		if lost && len(chunks) > 0 {
+			if err := in.emit(api.Event{Seq: chunks[0].Seq - 1, Type: api.EventLost, Process: p.id}); err != nil {
+				return nil, err
+			}
+		}
+		for _, ch := range chunks {
+			ev := api.Event{Seq: ch.Seq, Type: ch.Stream, Process: p.id}
+			ev.SetOutput(ch.Data)
+			if err := in.emit(ev); err != nil {
+				return nil, err
+			}
+			after = ch.Seq
+		}
+		if closed {
+			exitSeq := p.log.LastSeq() + 1
+			if after < exitSeq {
+				pi := p.snapshot(m.info.ID)
+				if err := in.emit(api.Event{Seq: exitSeq, Type: api.EventExit, Process: p.id, Result: pi.Result}); err != nil {
+					return nil, err
+				}
+			}
+			break
+		}
+		if err != nil {
+			if !req.Follow {
+				break
+			}
+			return nil, err
+		}
+	}
+	out := p.snapshot(m.info.ID)
+	return &out, nil
+}
+
+// stdinBuffer is a process's standard input: API calls append to it, the
+// runtime reads from it. It holds at most max unread bytes, so a process
+// that does not read cannot make the daemon buffer without bound.
+type stdinBuffer struct {
+	mu     sync.Mutex
+	cond   *sync.Cond
+	buf    []byte
+	max    int
+	closed bool
+}
+
+func newStdinBuffer(max int) *stdinBuffer {
+	b := &stdinBuffer{max: max}
+	b.cond = sync.NewCond(&b.mu)
+	return b
+}
+
+// write appends data and, with eof, closes the input.
+func (b *stdinBuffer) write(data []byte, eof bool) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		if len(data) == 0 && eof {
+			return nil
+		}
+		return api.Errorf(api.CodeConflict, "standard input is closed")
+	}
+	if len(b.buf)+len(data) > b.max {
+		return api.Errorf(api.CodeBusy, "standard input has %d bytes the process has not read; at most %d may wait", len(b.buf), b.max)
+	}
+	b.buf = append(b.buf, data...)
+	b.closed = eof
+	b.cond.Broadcast()
+	return nil
+}
+
+// Read blocks until there is input or it is closed.
+func (b *stdinBuffer) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for len(b.buf) == 0 && !b.closed {
+		b.cond.Wait()
+	}
+	if len(b.buf) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, b.buf)
+	b.buf = b.buf[n:]
+	return n, nil
+}
+
+// Close ends the input; unread bytes are dropped.
+func (b *stdinBuffer) Close() {
+	b.mu.Lock()
+	b.closed = true
+	b.buf = nil
+	b.cond.Broadcast()
+	b.mu.Unlock()
+}

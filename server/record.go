@@ -1,0 +1,107 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"slices"
+
+	"github.com/moat-sandbox/moat/api"
+	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/store"
+)
+
+// handlers maps every operation of api.Ops to its implementation.
+func (s *Service) handlers() map[string]handler {
+	return map[string]handler{
+		api.OpSandboxCreate: s.createSandbox,
+		api.OpSandboxList:   s.listSandboxes,
+		api.OpSandboxGet:    s.getSandbox,
+		api.OpSandboxDelete: s.deleteSandbox,
+		api.OpExec:          s.exec,
+		api.OpStart:         s.start,
+		api.OpProcessList:   s.listProcs,
+		api.OpProcessGet:    s.getProc,
+		api.OpOutput:        s.output,
+		api.OpStdin:         s.stdinProc,
+		api.OpSignal:        s.signalProc,
+		api.OpWait:          s.waitProc,
+		api.OpFileRead:      s.readFile,
+		api.OpFileWrite:     s.writeFile,
+		api.OpFileList:      s.listDir,
+		api.OpFileStat:      s.statFile,
+		api.OpFileMkdir:     s.mkdir,
+		api.OpFileRemove:    s.remove,
+		api.OpFileMove:      s.move,
+		api.OpFileUpload:    s.upload,
+		api.OpFileDownload:  s.download,
+		api.OpAuditQuery:    s.auditQuery,
+	}
+}
+
+// record appends an audit event. A tape that fails is logged loudly and
+// counted; the call it describes has already happened.
+func (s *Service) record(e audit.Event) {
+	if _, err := s.cfg.Tape.Append(e); err != nil {
+		s.metrics.auditErrors.Inc()
+		s.log.Error("audit append failed", "kind", e.Kind, "sandbox", e.Sandbox, "err", err)
+	}
+}
+
+// decisionOf is the audit decision of a refused call: deny for what the
+// caller may not do, "" for failures.
+func decisionOf(err error) string {
+	switch apiError(err).(*api.Error).Code {
+	case api.CodePermissionDenied, api.CodeTooMany, api.CodeUnauthenticated:
+		return audit.DecisionDeny
+	}
+	return ""
+}
+
+func (s *Service) auditQuery(ctx context.Context, c Caller, in *input) (any, error) {
+	req, err := decode[api.AuditQuery](in)
+	if err != nil {
+		return nil, err
+	}
+	if req.Limit < 0 || req.Limit > audit.MaxLimit {
+		return nil, api.Errorf(api.CodeInvalidArgument, "limit must be between 0 and %d", audit.MaxLimit)
+	}
+	q := audit.Query{Tenant: c.Tenant, Sandbox: req.Sandbox, Call: req.Call, Kind: req.Kind, Decision: req.Decision,
+		Since: req.Since, Until: req.Until, AfterSeq: req.AfterSeq, Limit: req.Limit, Newest: req.Newest}
+	// The tenant filter is exact, and "" means every tenant: a caller
+	// without a tenant must not get that.
+	if c.Tenant == "" {
+		return nil, api.Errorf(api.CodePermissionDenied, "no tenant")
+	}
+	page, err := s.cfg.Tape.QueryPage(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	out := api.AuditPage{Events: page.Events, More: page.More}
+	if out.Events == nil {
+		out.Events = []audit.Event{}
+	}
+	return &out, nil
+}
+
+// fromRecord describes a stopped sandbox from its store record.
+func fromRecord(r *store.Sandbox) api.Sandbox {
+	out := api.Sandbox{ID: r.ID, Tenant: r.Tenant, State: r.State, EndReason: r.EndReason, CreatedAt: r.CreatedAt,
+		LastActiveAt: r.LastActiveAt, EndedAt: r.EndedAt, TimeoutMs: r.TimeoutMs, IdleTimeoutMs: r.IdleTimeoutMs}
+	var spec api.CreateSandbox
+	if json.Unmarshal(r.Spec, &spec) == nil {
+		out.Workspace, out.Hostname, out.Labels = spec.Workspace, spec.Hostname, spec.Labels
+	}
+	return out
+}
+
+// sortSandboxes orders newest first.
+func sortSandboxes(l []api.Sandbox) {
+	slices.SortStableFunc(l, func(a, b api.Sandbox) int { return b.CreatedAt.Compare(a.CreatedAt) })
+}
+
+func isMaxBytesError(err error) bool {
+	var mb *http.MaxBytesError
+	return errors.As(err, &mb)
+}

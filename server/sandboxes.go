@@ -1,0 +1,418 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/moat-sandbox/moat/api"
+	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/sandbox"
+	"github.com/moat-sandbox/moat/store"
+)
+
+// managed is one live sandbox of the service.
+type managed struct {
+	sb     sandbox.Sandbox
+	tenant string
+
+	mu         sync.Mutex
+	info       api.Sandbox
+	lastActive time.Time
+	active     int // calls in flight
+	busy       bool
+	procs      map[uint64]*proc
+	calls      uint64
+	ended      bool
+	endOnce    sync.Once
+	endDone    chan struct{}
+}
+
+// snapshot returns the sandbox's description.
+func (m *managed) snapshot() api.Sandbox {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	info := m.info
+	info.LastActiveAt = m.lastActive
+	info.Running = 0
+	for _, p := range m.procs {
+		if !p.isDone() {
+			info.Running++
+		}
+	}
+	return info
+}
+
+// enter marks a call in flight; the sandbox is not idle while one runs.
+// It fails once the sandbox has ended.
+func (m *managed) enter() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ended {
+		return api.Errorf(api.CodeNotRunning, "sandbox %s is not running (%s)", m.info.ID, m.info.EndReason)
+	}
+	m.active++
+	m.lastActive = time.Now()
+	return nil
+}
+
+func (m *managed) leave() {
+	m.mu.Lock()
+	m.active--
+	m.lastActive = time.Now()
+	m.mu.Unlock()
+}
+
+// expired says why the sandbox should be pruned at now, or "".
+func (m *managed) expired(now time.Time) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case m.ended:
+		return ""
+	case now.Sub(m.info.CreatedAt) >= time.Duration(m.info.TimeoutMs)*time.Millisecond:
+		return api.EndTimeout
+	case m.active == 0 && now.Sub(m.lastActive) >= time.Duration(m.info.IdleTimeoutMs)*time.Millisecond:
+		return api.EndIdle
+	}
+	return ""
+}
+
+// lookup finds a running sandbox of the caller's tenant. Another tenant's
+// sandbox is reported exactly like a missing one.
+func (s *Service) lookup(c Caller, id string) (*managed, error) {
+	if id == "" {
+		return nil, api.Errorf(api.CodeInvalidArgument, "sandbox id is required")
+	}
+	s.mu.Lock()
+	m := s.sandboxes[id]
+	s.mu.Unlock()
+	if m == nil || m.tenant != c.Tenant {
+		return nil, api.Errorf(api.CodeNotFound, "no sandbox %q", id)
+	}
+	return m, nil
+}
+
+// use looks up a running sandbox and marks a call in flight; the caller
+// must call the returned func when done.
+func (s *Service) use(c Caller, id string) (*managed, func(), error) {
+	m, err := s.lookup(c, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := m.enter(); err != nil {
+		return nil, nil, err
+	}
+	return m, m.leave, nil
+}
+
+func millis(d time.Duration) int64 { return d.Milliseconds() }
+
+func (s *Service) createSandbox(ctx context.Context, c Caller, in *input) (any, error) {
+	req, err := decode[api.CreateSandbox](in)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	ev := audit.Event{Kind: "sandbox.create", Tenant: c.Tenant, Actor: c.Actor, Request: mustJSON(req)}
+	sb, err := s.doCreate(ctx, c, req)
+	ev.DurationMs = time.Since(start).Milliseconds()
+	if err != nil {
+		ev.Decision, ev.Error = decisionOf(err), err.Error()
+		s.record(ev)
+		return nil, err
+	}
+	ev.Decision, ev.Sandbox = audit.DecisionAllow, sb.ID
+	ev.Result = mustJSON(map[string]any{"id": sb.ID, "limits": sb.Enforcement.Limits})
+	s.record(ev)
+	return sb, nil
+}
+
+func (s *Service) doCreate(ctx context.Context, c Caller, req *api.CreateSandbox) (*api.Sandbox, error) {
+	if !s.cfg.AllowHostPaths && (req.Workspace != "" || len(req.Binds) > 0) {
+		s.metrics.denied("host_paths")
+		return nil, api.Errorf(api.CodePermissionDenied, "this server does not bind host paths (workspace, binds); use the file and archive operations")
+	}
+	timeout, err := durationField("timeout_ms", req.TimeoutMs, s.cfg.DefaultTimeout, s.cfg.MaxTimeout)
+	if err != nil {
+		return nil, err
+	}
+	idle, err := durationField("idle_timeout_ms", req.IdleTimeoutMs, s.cfg.DefaultIdleTimeout, s.cfg.MaxTimeout)
+	if err != nil {
+		return nil, err
+	}
+	if err := validLabels(req.Labels); err != nil {
+		return nil, err
+	}
+	// Reserve a place under the quotas before the (slow) create.
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return nil, api.Errorf(api.CodeUnavailable, "the server is shutting down")
+	}
+	total, mine := s.pendingTotal, s.pending[c.Tenant]
+	for _, m := range s.sandboxes {
+		total++
+		if m.tenant == c.Tenant {
+			mine++
+		}
+	}
+	if total >= s.cfg.MaxSandboxes || mine >= s.cfg.MaxPerTenant {
+		s.mu.Unlock()
+		s.metrics.denied("quota")
+		return nil, api.Errorf(api.CodeTooMany, "sandbox quota reached (%d of %d for this tenant, %d of %d on this server)", mine, s.cfg.MaxPerTenant, total, s.cfg.MaxSandboxes)
+	}
+	s.pending[c.Tenant]++
+	s.pendingTotal++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if s.pending[c.Tenant]--; s.pending[c.Tenant] == 0 {
+			delete(s.pending, c.Tenant)
+		}
+		s.pendingTotal--
+		s.mu.Unlock()
+	}()
+
+	spec := &sandbox.Spec{Workspace: req.Workspace, Binds: req.Binds, Hostname: req.Hostname, Limits: req.Limits}
+	sb, err := s.cfg.Runtime.Create(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	enf := sandboxEnforcement(sb, s.cfg.Runtime)
+	m := &managed{
+		sb: sb, tenant: c.Tenant, lastActive: now, procs: map[uint64]*proc{}, endDone: make(chan struct{}),
+		info: api.Sandbox{
+			ID: sb.ID(), Tenant: c.Tenant, State: api.StateRunning, CreatedAt: now,
+			TimeoutMs: millis(timeout), IdleTimeoutMs: millis(idle), Workspace: req.Workspace,
+			Hostname: req.Hostname, Labels: req.Labels, Enforcement: enf,
+		},
+	}
+	rec := &store.Sandbox{
+		ID: m.info.ID, Tenant: c.Tenant, State: api.StateRunning, CreatedAt: now, LastActiveAt: now,
+		TimeoutMs: m.info.TimeoutMs, IdleTimeoutMs: m.info.IdleTimeoutMs, Spec: mustJSON(req), Enforcement: mustJSON(enf),
+	}
+	if err := s.cfg.Store.PutSandbox(ctx, rec); err != nil {
+		_ = sb.Shutdown(context.Background())
+		return nil, fmt.Errorf("record sandbox: %w", err)
+	}
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		_ = sb.Shutdown(context.Background())
+		_ = s.cfg.Store.EndSandbox(context.Background(), m.info.ID, api.EndShutdown, now, time.Now())
+		return nil, api.Errorf(api.CodeUnavailable, "the server is shutting down")
+	}
+	s.sandboxes[m.info.ID] = m
+	s.mu.Unlock()
+	s.metrics.created.Inc()
+	s.tasks.Add(1)
+	go s.watch(m)
+	info := m.snapshot()
+	return &info, nil
+}
+
+// sandboxEnforcement is what the runtime reports for sb.
+func sandboxEnforcement(sb sandbox.Sandbox, rt sandbox.Runtime) *sandbox.Enforcement {
+	if e, ok := sb.(interface{ Enforcement() sandbox.Enforcement }); ok {
+		v := e.Enforcement()
+		return &v
+	}
+	v := rt.Enforcement()
+	return &v
+}
+
+// watch marks the sandbox stopped if its init ends on its own.
+func (s *Service) watch(m *managed) {
+	defer s.tasks.Done()
+	select {
+	case <-m.sb.Done():
+		s.end(context.Background(), m, api.EndExited, Caller{Actor: "system"})
+	case <-m.endDone:
+	}
+}
+
+// end stops a sandbox once: kills it, records why, and removes it from
+// the live set. Later calls wait for the first to finish.
+func (s *Service) end(ctx context.Context, m *managed, reason string, c Caller) {
+	m.endOnce.Do(func() {
+		m.mu.Lock()
+		m.ended = true
+		m.info.State, m.info.EndReason = api.StateStopped, reason
+		now := time.Now()
+		m.info.EndedAt = &now
+		last := m.lastActive
+		m.mu.Unlock()
+		start := time.Now()
+		err := m.sb.Shutdown(ctx)
+		s.mu.Lock()
+		delete(s.sandboxes, m.info.ID)
+		s.mu.Unlock()
+		if serr := s.cfg.Store.EndSandbox(context.Background(), m.info.ID, reason, last, now); serr != nil {
+			s.log.Error("recording the end of a sandbox", "sandbox", m.info.ID, "err", serr)
+		}
+		ev := audit.Event{Kind: "sandbox.end", Tenant: m.tenant, Actor: c.Actor, Sandbox: m.info.ID,
+			Result: mustJSON(map[string]string{"reason": reason}), DurationMs: time.Since(start).Milliseconds()}
+		if err != nil {
+			ev.Error = err.Error()
+		}
+		s.record(ev)
+		s.metrics.ended(reason)
+		close(m.endDone)
+		if s.cfg.OnEnd != nil {
+			s.cfg.OnEnd(m.info.ID, reason)
+		}
+	})
+	<-m.endDone
+}
+
+func (s *Service) getSandbox(ctx context.Context, c Caller, in *input) (any, error) {
+	req, err := decode[api.SandboxRef](in)
+	if err != nil {
+		return nil, err
+	}
+	if m, err := s.lookup(c, req.Sandbox); err == nil {
+		info := m.snapshot()
+		return &info, nil
+	}
+	rec, err := s.cfg.Store.GetSandbox(ctx, c.Tenant, req.Sandbox)
+	if err != nil {
+		return nil, api.Errorf(api.CodeNotFound, "no sandbox %q", req.Sandbox)
+	}
+	info := fromRecord(rec)
+	return &info, nil
+}
+
+func (s *Service) listSandboxes(ctx context.Context, c Caller, in *input) (any, error) {
+	req, err := decode[api.ListSandboxes](in)
+	if err != nil {
+		return nil, err
+	}
+	switch req.State {
+	case "", api.StateRunning, api.StateStopped:
+	default:
+		return nil, api.Errorf(api.CodeInvalidArgument, "state must be %q or %q", api.StateRunning, api.StateStopped)
+	}
+	if req.Limit < 0 {
+		return nil, api.Errorf(api.CodeInvalidArgument, "limit must not be negative")
+	}
+	out := api.SandboxList{Sandboxes: []api.Sandbox{}}
+	if req.State != api.StateStopped {
+		s.mu.Lock()
+		var mine []*managed
+		for _, m := range s.sandboxes {
+			if m.tenant == c.Tenant {
+				mine = append(mine, m)
+			}
+		}
+		s.mu.Unlock()
+		for _, m := range mine {
+			out.Sandboxes = append(out.Sandboxes, m.snapshot())
+		}
+	}
+	if req.State != api.StateRunning {
+		recs, err := s.cfg.Store.ListSandboxes(ctx, c.Tenant, api.StateStopped, req.Limit)
+		if err != nil {
+			return nil, err
+		}
+		for i := range recs {
+			out.Sandboxes = append(out.Sandboxes, fromRecord(&recs[i]))
+		}
+	}
+	sortSandboxes(out.Sandboxes)
+	if req.Limit > 0 && len(out.Sandboxes) > req.Limit {
+		out.Sandboxes = out.Sandboxes[:req.Limit]
+	}
+	return &out, nil
+}
+
+func (s *Service) deleteSandbox(ctx context.Context, c Caller, in *input) (any, error) {
+	req, err := decode[api.SandboxRef](in)
+	if err != nil {
+		return nil, err
+	}
+	m, err := s.lookup(c, req.Sandbox)
+	if err != nil {
+		return nil, err
+	}
+	s.end(ctx, m, api.EndDeleted, c)
+	info := m.snapshot()
+	return &info, nil
+}
+
+// pruneLoop ends idle and expired sandboxes, a few at a time, and drops
+// old stopped ones from the store.
+func (s *Service) pruneLoop() {
+	defer close(s.pruneEnd)
+	t := time.NewTicker(s.cfg.PruneInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case now := <-t.C:
+			s.pruneOnce(now)
+		}
+	}
+}
+
+// pruneOnce ends at most PruneBatch expired sandboxes, in parallel.
+func (s *Service) pruneOnce(now time.Time) {
+	type victim struct {
+		m      *managed
+		reason string
+	}
+	var victims []victim
+	s.mu.Lock()
+	for _, m := range s.sandboxes {
+		if r := m.expired(now); r != "" {
+			victims = append(victims, victim{m, r})
+			if len(victims) == s.cfg.PruneBatch {
+				break
+			}
+		}
+	}
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, v := range victims {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.end(context.Background(), v.m, v.reason, Caller{Actor: "pruner"})
+		}()
+	}
+	wg.Wait()
+	if n, err := s.cfg.Store.PruneStopped(context.Background(), now.Add(-s.cfg.KeepStopped), s.cfg.PruneBatch); err != nil {
+		s.log.Error("pruning stopped sandboxes from the store", "err", err)
+	} else if n > 0 {
+		s.log.Debug("pruned stopped sandboxes from the store", "count", n)
+	}
+}
+
+// durationField validates a millisecond field: 0 takes def, the rest must
+// lie in (0, max].
+func durationField(name string, ms int64, def, max time.Duration) (time.Duration, error) {
+	if ms == 0 {
+		return def, nil
+	}
+	d := time.Duration(ms) * time.Millisecond
+	if ms < 0 || d > max || d/time.Millisecond != time.Duration(ms) {
+		return 0, api.Errorf(api.CodeInvalidArgument, "%s must be between 1 and %d", name, max.Milliseconds())
+	}
+	return d, nil
+}
+
+// validLabels bounds the labels a caller attaches.
+func validLabels(l map[string]string) error {
+	if len(l) > 64 {
+		return api.Errorf(api.CodeInvalidArgument, "at most 64 labels")
+	}
+	for k, v := range l {
+		if k == "" || len(k) > 128 || len(v) > 1024 {
+			return api.Errorf(api.CodeInvalidArgument, "label keys must be 1 to 128 bytes and values at most 1024")
+		}
+	}
+	return nil
+}

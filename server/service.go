@@ -1,0 +1,294 @@
+// Package server is moat's control plane: it keeps long-lived sandboxes
+// for many tenants, runs the operations of package api on them, records
+// every call in the store and the audit tape, prunes idle and expired
+// sandboxes, and serves all of it over HTTP ([Service.Handler]) and as
+// JSON-RPC 2.0 over a pair of streams ([Service.ServeRPC], `moat serve
+// --stdio`).
+//
+// Every file operation and process runs inside the sandbox through its
+// agent (sandbox.Files, sandbox.Sandbox): the daemon never opens a path of
+// a sandbox on the host.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/moat-sandbox/moat/api"
+	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/sandbox"
+	"github.com/moat-sandbox/moat/store"
+)
+
+// Defaults of a Service.
+const (
+	DefaultTimeout       = time.Hour
+	DefaultIdleTimeout   = 10 * time.Minute
+	DefaultMaxTimeout    = 24 * time.Hour
+	DefaultMaxSandboxes  = 256
+	DefaultMaxPerTenant  = 64
+	DefaultMaxFileBytes  = 64 << 20
+	DefaultOutputBuffer  = 4 << 20
+	DefaultPruneInterval = time.Second
+	DefaultPruneBatch    = 8
+	DefaultKeepStopped   = 24 * time.Hour
+	// MaxJSONBody caps a JSON request body.
+	MaxJSONBody = 1 << 20
+	// maxStdinPending caps stdin written to a process but not yet read.
+	maxStdinPending = 1 << 20
+)
+
+// Config configures a Service. Runtime, Store and Tape are required.
+type Config struct {
+	Runtime sandbox.Runtime
+	Store   *store.Store
+	Tape    *audit.Tape
+	Logger  *slog.Logger
+	// AllowHostPaths lets callers bind host directories (workspace,
+	// binds). A multi-tenant HTTP server leaves it off; stdio mode,
+	// where the caller is the local user, turns it on.
+	AllowHostPaths bool
+	// DefaultTimeout and DefaultIdleTimeout apply to sandboxes created
+	// without their own; MaxTimeout caps what a caller may ask.
+	DefaultTimeout, DefaultIdleTimeout, MaxTimeout time.Duration
+	// MaxSandboxes caps running sandboxes in total; MaxPerTenant per
+	// tenant.
+	MaxSandboxes, MaxPerTenant int
+	// MaxFileBytes caps one file read or write and one archive.
+	MaxFileBytes int64
+	// OutputBuffer is how much of a background process's output is
+	// kept for readers that attach later.
+	OutputBuffer int
+	// PruneInterval and PruneBatch pace the pruning of idle and
+	// expired sandboxes; KeepStopped is how long stopped sandboxes stay
+	// in the store.
+	PruneInterval time.Duration
+	PruneBatch    int
+	KeepStopped   time.Duration
+	// OnEnd, if set, is called after a sandbox has ended (tests).
+	OnEnd func(id, reason string)
+}
+
+// Caller is who makes a call: the tenant it acts for and the actor (a
+// token's name, "stdio").
+type Caller struct {
+	Tenant string
+	Actor  string
+}
+
+// Service runs the control plane's operations.
+type Service struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics
+	ops     map[string]handler
+
+	mu        sync.Mutex
+	sandboxes map[string]*managed
+	// pending counts creates under way, per tenant, for the quotas.
+	pending      map[string]int
+	pendingTotal int
+	closing      bool
+
+	stop     chan struct{}
+	pruneEnd chan struct{}
+	tasks    sync.WaitGroup
+}
+
+// New returns a Service; call Start to reconcile the store and begin
+// pruning, and Close to stop it.
+func New(cfg Config) (*Service, error) {
+	if cfg.Runtime == nil || cfg.Store == nil || cfg.Tape == nil {
+		return nil, errors.New("server: Runtime, Store and Tape are required")
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	defInt := func(d *int, v int) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&cfg.DefaultTimeout, DefaultTimeout)
+	def(&cfg.DefaultIdleTimeout, DefaultIdleTimeout)
+	def(&cfg.MaxTimeout, DefaultMaxTimeout)
+	def(&cfg.PruneInterval, DefaultPruneInterval)
+	def(&cfg.KeepStopped, DefaultKeepStopped)
+	defInt(&cfg.MaxSandboxes, DefaultMaxSandboxes)
+	defInt(&cfg.MaxPerTenant, DefaultMaxPerTenant)
+	defInt(&cfg.OutputBuffer, DefaultOutputBuffer)
+	defInt(&cfg.PruneBatch, DefaultPruneBatch)
+	if cfg.MaxFileBytes <= 0 {
+		cfg.MaxFileBytes = DefaultMaxFileBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Service{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		sandboxes: map[string]*managed{},
+		pending:   map[string]int{},
+		stop:      make(chan struct{}),
+		pruneEnd:  make(chan struct{}),
+	}
+	s.metrics = newMetrics(s)
+	s.ops = s.handlers()
+	return s, nil
+}
+
+// Start reconciles what a previous daemon left (sandboxes and calls it
+// recorded as running are marked lost: their inits died with it; cgroups
+// of dead sandboxes are removed) and starts the pruner.
+func (s *Service) Start(ctx context.Context) error {
+	now := time.Now()
+	lost, err := s.cfg.Store.ReconcileRunning(ctx, now)
+	if err != nil {
+		return fmt.Errorf("server: reconcile sandboxes: %w", err)
+	}
+	calls, err := s.cfg.Store.ReconcileCalls(ctx, now)
+	if err != nil {
+		return fmt.Errorf("server: reconcile calls: %w", err)
+	}
+	if r, ok := s.cfg.Runtime.(interface{ Reclaim() (int, error) }); ok {
+		n, err := r.Reclaim()
+		if err != nil {
+			return fmt.Errorf("server: reclaim leftovers: %w", err)
+		}
+		if n > 0 {
+			s.log.Info("reclaimed leftovers of a previous daemon", "cgroups", n)
+		}
+	}
+	for _, l := range lost {
+		s.record(audit.Event{Kind: "sandbox.end", Tenant: l.Tenant, Sandbox: l.ID, Actor: "system",
+			Result: mustJSON(map[string]string{"reason": api.EndLost})})
+	}
+	if len(lost) > 0 || calls > 0 {
+		s.log.Info("reconciled after restart", "sandboxes_lost", len(lost), "calls_lost", calls)
+	}
+	go s.pruneLoop()
+	return nil
+}
+
+// Close ends every sandbox (reason "shutdown") and stops the pruner. The
+// store and tape stay open: the caller closes them.
+func (s *Service) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closing = true
+	all := make([]*managed, 0, len(s.sandboxes))
+	for _, m := range s.sandboxes {
+		all = append(all, m)
+	}
+	s.mu.Unlock()
+	close(s.stop)
+	<-s.pruneEnd
+	var wg sync.WaitGroup
+	for _, m := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.end(ctx, m, api.EndShutdown, Caller{Actor: "system"})
+		}()
+	}
+	wg.Wait()
+	s.tasks.Wait()
+	return nil
+}
+
+// Ready reports whether the service takes calls.
+func (s *Service) Ready() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return errors.New("shutting down")
+	}
+	return nil
+}
+
+// input is what a transport hands an operation besides the caller.
+type input struct {
+	// decode fills the operation's request type.
+	decode func(v any) error
+	// body is the raw request body of a BodyRaw operation.
+	body io.Reader
+	// out receives the raw answer of a BodyRaw operation.
+	out io.Writer
+	// emit sends one event of a stream; nil when the transport cannot
+	// stream.
+	emit func(api.Event) error
+}
+
+type handler func(ctx context.Context, c Caller, in *input) (any, error)
+
+// call runs operation name for c and accounts for it in the metrics.
+func (s *Service) call(ctx context.Context, c Caller, name string, in *input) (any, error) {
+	h, ok := s.ops[name]
+	if !ok {
+		return nil, api.Errorf(api.CodeNotFound, "no operation %q", name)
+	}
+	start := time.Now()
+	resp, err := h(ctx, c, in)
+	err = apiError(err)
+	s.metrics.observeCall(name, err, time.Since(start))
+	return resp, err
+}
+
+// decode reads the operation's request into v.
+func decode[T any](in *input) (*T, error) {
+	v := new(T)
+	if err := in.decode(v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// apiError maps the errors of the runtime and the store to API errors.
+func apiError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ae *api.Error
+	var fe *sandbox.FileError
+	var se *sandbox.SetupError
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.As(err, &fe):
+		return &api.Error{Code: api.CodeFile, Errno: fe.Code, Message: fe.Error()}
+	case errors.Is(err, sandbox.ErrInvalidSpec):
+		return &api.Error{Code: api.CodeInvalidArgument, Message: err.Error()}
+	case errors.Is(err, sandbox.ErrClosed):
+		return &api.Error{Code: api.CodeNotRunning, Message: "the sandbox is not running"}
+	case errors.Is(err, sandbox.ErrExited):
+		return &api.Error{Code: api.CodeGone, Message: "the process has ended"}
+	case errors.Is(err, store.ErrNotFound):
+		return &api.Error{Code: api.CodeNotFound, Message: err.Error()}
+	case errors.As(err, &se):
+		return &api.Error{Code: api.CodeSetup, Message: err.Error()}
+	case errors.Is(err, context.DeadlineExceeded):
+		return &api.Error{Code: api.CodeTimeout, Message: "the request took longer than allowed"}
+	case errors.Is(err, context.Canceled):
+		return &api.Error{Code: api.CodeTimeout, Message: "the request was cancelled"}
+	}
+	return &api.Error{Code: api.CodeInternal, Message: err.Error()}
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return json.RawMessage(`null`)
+	}
+	return b
+}

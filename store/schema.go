@@ -1,0 +1,85 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+)
+
+// migrations[i] brings the schema from version i to version i+1. Append to
+// it; never edit a migration that has shipped.
+var migrations = [...]string{
+	// 1: sandboxes and their calls.
+	`CREATE TABLE sandboxes (
+		id              TEXT    NOT NULL PRIMARY KEY CHECK (id <> ''),
+		tenant          TEXT    NOT NULL,
+		state           TEXT    NOT NULL CHECK (state IN ('running', 'stopped')),
+		end_reason      TEXT    NOT NULL DEFAULT '',
+		created_at      INTEGER NOT NULL, -- Unix nanoseconds, UTC
+		last_active_at  INTEGER NOT NULL,
+		ended_at        INTEGER,          -- NULL while running
+		timeout_ms      INTEGER NOT NULL DEFAULT 0,
+		idle_timeout_ms INTEGER NOT NULL DEFAULT 0,
+		spec            TEXT,             -- JSON
+		enforcement     TEXT,             -- JSON
+		UNIQUE (id, tenant)               -- the parent key of calls
+	) STRICT;
+	CREATE INDEX sandboxes_tenant_state_created ON sandboxes (tenant, state, created_at);
+	CREATE INDEX sandboxes_tenant_created ON sandboxes (tenant, created_at);
+	CREATE INDEX sandboxes_stopped_ended ON sandboxes (ended_at) WHERE state = 'stopped';
+
+	CREATE TABLE calls (
+		id          TEXT    NOT NULL PRIMARY KEY CHECK (id <> ''),
+		sandbox     TEXT    NOT NULL,
+		tenant      TEXT    NOT NULL, -- the sandbox's tenant, enforced by the foreign key
+		kind        TEXT    NOT NULL,
+		args        TEXT    NOT NULL, -- JSON array of strings
+		started_at  INTEGER NOT NULL,
+		ended_at    INTEGER,          -- NULL while running
+		exit_code   INTEGER,          -- NULL until known
+		exit_reason TEXT    NOT NULL DEFAULT '',
+		result      TEXT,             -- JSON
+		FOREIGN KEY (sandbox, tenant) REFERENCES sandboxes (id, tenant) ON DELETE CASCADE
+	) STRICT;
+	CREATE INDEX calls_sandbox ON calls (sandbox, started_at);`,
+}
+
+// SchemaVersion is the schema version this code writes, stored in the
+// database's PRAGMA user_version.
+const SchemaVersion = len(migrations)
+
+// migrate brings the database to SchemaVersion in one transaction, or
+// refuses a newer one.
+func migrate(ctx context.Context, db *sql.DB) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer tx.Rollback()
+	var v int
+	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+		return fmt.Errorf("migrate: read user_version: %w", err)
+	}
+	if v > len(migrations) {
+		return fmt.Errorf("schema version %d, this moat knows up to %d (use a newer moat): %w",
+			v, len(migrations), ErrSchemaTooNew)
+	}
+	if v < 0 {
+		return fmt.Errorf("migrate: bad schema version %d", v)
+	}
+	if v == len(migrations) {
+		return nil
+	}
+	for i := v; i < len(migrations); i++ {
+		if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
+			return fmt.Errorf("migrate to version %d: %w", i+1, err)
+		}
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", i+1)); err != nil {
+			return fmt.Errorf("migrate to version %d: %w", i+1, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	return nil
+}
