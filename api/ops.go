@@ -67,6 +67,10 @@ const (
 	// NotifyEvent is the JSON-RPC notification that carries a stream's
 	// events: params {"id": <request id>, "event": Event}.
 	NotifyEvent = "process.event"
+	// RPCCancel is the JSON-RPC notification a client sends to cancel a
+	// request it no longer waits for: params {"id": <request id>}. A
+	// cancelled exec kills its process, as a dropped HTTP connection does.
+	RPCCancel = "$/cancelRequest"
 )
 
 const sb = "/v1/sandboxes/{sandbox}"

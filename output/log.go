@@ -80,6 +80,13 @@ func (l *Log) notify() {
 	l.changed = make(chan struct{})
 }
 
+// Size is the number of bytes the log holds now.
+func (l *Log) Size() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.bytes
+}
+
 // LastSeq is the sequence number of the last chunk appended (0 before
 // the first).
 func (l *Log) LastSeq() uint64 {

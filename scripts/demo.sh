@@ -13,3 +13,44 @@ echo "== an agent's attempt to read host secrets and reach the network"
 echo
 echo "== the same call as one JSON result (exit code 3 is the command's own)"
 "$moat" run --json --sh 'echo out; echo err >&2; exit 3' ; echo "exit $?"
+echo
+echo "== the control plane: moat serve (embedded defaults, a throwaway data dir)"
+echo "   and the example agent (examples/agent, Go SDK) against it over HTTP"
+tmp=$(mktemp -d /tmp/moat-demo.XXXXXX) || exit 1
+chmod 700 "$tmp"
+agent="$tmp/agent"
+CGO_ENABLED=0 go build -o "$agent" ./examples/agent || { rm -rf "$tmp"; exit 1; }
+mkfifo "$tmp/log"
+"$moat" serve --data "$tmp/data" --listen 127.0.0.1:0 2>"$tmp/log" &
+daemon=$!
+exec 3<"$tmp/log"
+url=
+while IFS= read -r line <&3; do
+	printf '   daemon: %s\n' "$line"
+	case $line in
+	*msg=listening*)
+		url=${line#*url=}
+		url=${url%% *}
+		break
+		;;
+	esac
+done
+if [ -z "$url" ]; then
+	echo "moat serve did not start" >&2
+	wait "$daemon"
+	rm -rf "$tmp"
+	exit 1
+fi
+# The daemon's later log lines go on being shown.
+sed 's/^/   daemon: /' <&3 &
+logger=$!
+MOAT_URL=$url MOAT_TOKEN_FILE=$tmp/data/token "$agent"
+status=$?
+kill -TERM "$daemon"
+wait "$daemon"
+dstatus=$?
+wait "$logger"
+exec 3<&-
+rm -rf "$tmp"
+echo "agent exit $status; daemon stopped with exit $dstatus"
+[ "$status" -eq 0 ] && [ "$dstatus" -eq 0 ]

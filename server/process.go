@@ -20,9 +20,16 @@ import (
 	"github.com/moat-sandbox/moat/store"
 )
 
-// maxProcsKept bounds the processes a sandbox remembers; the oldest
-// ended ones are forgotten first.
-const maxProcsKept = 1024
+// Bounds on the background processes of one sandbox, so that a tenant
+// cannot make the daemon hold output without limit: at most
+// maxProcsRunning run at once; ended ones are remembered (with their
+// output) up to maxProcsKept and maxEndedOutput bytes, oldest forgotten
+// first.
+const (
+	maxProcsRunning = 32
+	maxProcsKept    = 256
+	maxEndedOutput  = 16 << 20
+)
 
 // proc is a background process of a sandbox.
 type proc struct {
@@ -255,6 +262,17 @@ func (s *Service) start(ctx context.Context, c Caller, in *input) (any, error) {
 	if req.OutputLimit > 0 {
 		keep = min(req.OutputLimit, 4*s.cfg.OutputBuffer)
 	}
+	m.mu.Lock()
+	running := 0
+	for _, p := range m.procs {
+		if !p.isDone() {
+			running++
+		}
+	}
+	m.mu.Unlock()
+	if running >= maxProcsRunning {
+		return nil, api.Errorf(api.CodeTooMany, "sandbox %s already runs %d background processes", m.info.ID, running)
+	}
 	pr := &proc{args: req.Args, started: time.Now(), log: output.NewLog(keep), stdin: newStdinBuffer(maxStdinPending), done: make(chan struct{})}
 	p.Stdin, p.Stdout, p.Stderr = pr.stdin, pr.log.Writer(api.EventStdout), pr.log.Writer(api.EventStderr)
 	m.mu.Lock()
@@ -287,6 +305,9 @@ func (s *Service) start(ctx context.Context, c Caller, in *input) (any, error) {
 		pr.mu.Unlock()
 		pr.log.Close()
 		close(pr.done)
+		m.mu.Lock()
+		m.forgetOldProcs()
+		m.mu.Unlock()
 		s.finishCall(c, m, pr.callID, "process.exit", req, res, err, now.Sub(pr.started))
 	}()
 	out := pr.snapshot(m.info.ID)
@@ -299,20 +320,23 @@ func (m *managed) nextCall() uint64 {
 	return m.calls
 }
 
-// forgetOldProcs drops the oldest ended processes past maxProcsKept;
-// m.mu must be held.
+// forgetOldProcs drops the oldest ended processes past maxProcsKept or
+// maxEndedOutput; m.mu must be held.
 func (m *managed) forgetOldProcs() {
-	if len(m.procs) <= maxProcsKept {
-		return
-	}
 	ids := make([]uint64, 0, len(m.procs))
+	held := 0
 	for id, p := range m.procs {
 		if p.isDone() {
 			ids = append(ids, id)
+			held += p.log.Size()
 		}
 	}
 	slices.Sort(ids)
-	for _, id := range ids[:min(len(ids), len(m.procs)-maxProcsKept)] {
+	for _, id := range ids {
+		if len(m.procs) <= maxProcsKept && held <= maxEndedOutput {
+			break
+		}
+		held -= m.procs[id].log.Size()
 		delete(m.procs, id)
 	}
 }

@@ -42,7 +42,7 @@ type eventParams struct {
 func (s *Service) ServeRPC(ctx context.Context, r io.Reader, w io.Writer, c Caller) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	out := &rpcWriter{w: w}
+	out := &rpcWriter{w: w, inflight: map[string]context.CancelFunc{}}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	// A line holds at most a file's content, base64-encoded, plus the
@@ -159,6 +159,13 @@ func (s *Service) rpcRequest(ctx context.Context, raw []byte, out *rpcWriter, c 
 		}
 		return fail(api.RPCInvalidRequest, api.Errorf(api.CodeInvalidArgument, "not a JSON-RPC 2.0 request"))
 	}
+	if req.Method == api.RPCCancel {
+		if notification {
+			out.cancel(req.Params)
+			return nil
+		}
+		return fail(api.RPCInvalidRequest, api.Errorf(api.CodeInvalidArgument, "%s is a notification (no id)", api.RPCCancel))
+	}
 	op, ok := api.Lookup(req.Method)
 	if !ok {
 		return fail(api.RPCMethodNotFound, api.Errorf(api.CodeNotFound, "no method %q", req.Method))
@@ -180,6 +187,10 @@ func (s *Service) rpcRequest(ctx context.Context, raw []byte, out *rpcWriter, c 
 		in.out = &buf
 	}
 	if !notification {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		defer out.track(id, cancel)()
 		in.emit = func(ev api.Event) error {
 			out.send(rpcMessage{JSONRPC: "2.0", Method: api.NotifyEvent, Params: mustJSON(eventParams{ID: id, Event: ev})})
 			return nil
@@ -222,10 +233,44 @@ func validID(id json.RawMessage) bool {
 	return false
 }
 
-// rpcWriter serialises messages, one per line.
+// rpcWriter serialises messages, one per line, and keeps the cancel
+// functions of the requests in flight by id.
 type rpcWriter struct {
 	mu sync.Mutex
 	w  io.Writer
+
+	imu      sync.Mutex
+	inflight map[string]context.CancelFunc
+}
+
+// track registers a request's cancel function; the returned func
+// unregisters it.
+func (o *rpcWriter) track(id json.RawMessage, cancel context.CancelFunc) func() {
+	key := string(bytes.TrimSpace(id))
+	o.imu.Lock()
+	o.inflight[key] = cancel
+	o.imu.Unlock()
+	return func() {
+		o.imu.Lock()
+		delete(o.inflight, key)
+		o.imu.Unlock()
+	}
+}
+
+// cancel cancels the request in flight with id, if any.
+func (o *rpcWriter) cancel(params json.RawMessage) {
+	var p struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if json.Unmarshal(params, &p) != nil {
+		return
+	}
+	o.imu.Lock()
+	c := o.inflight[string(bytes.TrimSpace(p.ID))]
+	o.imu.Unlock()
+	if c != nil {
+		c()
+	}
 }
 
 func (o *rpcWriter) send(m rpcMessage) { o.sendRaw(m) }

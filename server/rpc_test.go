@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/api"
+	"github.com/moat-sandbox/moat/sandbox"
 )
 
 // rpcPeer is the client end of ServeRPC over pipes.
@@ -133,6 +134,22 @@ func TestRPC(t *testing.T) {
 	var batch []map[string]any
 	if err := json.Unmarshal(line, &batch); err != nil || len(batch) != 2 {
 		t.Fatalf("batch answer %s: %v", line, err)
+	}
+	// A cancelled request kills its process and is answered.
+	p.send(`{"jsonrpc":"2.0","id":30,"method":"process.exec","params":{"sandbox":"` + id + `","args":["sh","-c","echo up; exec sleep 1000"],"stream":true}}`)
+	if m := p.next(); m["method"] != api.NotifyEvent {
+		t.Fatalf("want the exec's first event, got %v", m)
+	}
+	p.send(`{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":30}}`)
+	for {
+		m := p.next()
+		if m["id"] == float64(30) {
+			r, _ := m["result"].(map[string]any)
+			if r["exit_reason"] != string(sandbox.ReasonKilled) {
+				t.Fatalf("cancelled exec: %v", m)
+			}
+			break
+		}
 	}
 	// End of input: the server returns.
 	p.w.Close()

@@ -34,7 +34,7 @@ const (
 	DefaultMaxSandboxes  = 256
 	DefaultMaxPerTenant  = 64
 	DefaultMaxFileBytes  = 64 << 20
-	DefaultOutputBuffer  = 4 << 20
+	DefaultOutputBuffer  = 1 << 20
 	DefaultPruneInterval = time.Second
 	DefaultPruneBatch    = 8
 	DefaultKeepStopped   = 24 * time.Hour

@@ -68,7 +68,7 @@ func usageError(format string, a ...any) error {
 }
 
 func commands() []*command {
-	return []*command{runCommand(), serveCommand(), doctorCommand(), versionCommand()}
+	return []*command{runCommand(), serveCommand(), sandboxCommand(), doctorCommand(), versionCommand()}
 }
 
 const rootHelp = `moat runs untrusted commands (an AI agent's shell commands, code, builds)

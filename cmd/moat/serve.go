@@ -47,7 +47,7 @@ const serveLong = `Run the control-plane daemon: long-lived sandboxes, their pro
 files, over the HTTP API (/v1, bearer token) or, with --stdio, as JSON-RPC 2.0
 over stdin/stdout (one daemon per agent; no port, no token).
 
-State lives in the data directory (default ` + defaultDataDir + `, mode 0700):
+State lives in the data directory (default ` + defaultDataDir + `, created 0700):
 moat.db (SQLite: sandboxes, calls, results), audit/ (the JSONL audit tape),
 tokens (one "TENANT TOKEN" per line, mode 0600; reloaded on SIGHUP) and
 token (the "default" tenant's token, created on first start, for local
@@ -116,11 +116,17 @@ func runServe(ctx context.Context, f *serveFlags, args []string) error {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
-	if fi, err := os.Stat(dataDir); err != nil || fi.Mode().Perm()&0o077 != 0 {
-		if err == nil {
-			err = fmt.Errorf("%s is open to other users (mode %04o); chmod 700 it", dataDir, fi.Mode().Perm())
-		}
+	fi, err := os.Stat(dataDir)
+	if err != nil {
 		return fmt.Errorf("data directory: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("data directory: %s is not a directory", dataDir)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		// Everything inside is created private (0600 files, 0700 dirs);
+		// an open directory only shows their names.
+		log.Warn("data directory is open to other users; its files are not", "dir", dataDir, "mode", fmt.Sprintf("%04o", fi.Mode().Perm()))
 	}
 	rt, err := linux.New(linux.WithDefaults(defaults.Limits), linux.WithKillGrace(defaults.KillGrace), linux.WithLogger(log))
 	if err != nil {

@@ -26,53 +26,22 @@ import (
 
 // daemon is a `moat serve` child listening on a unix socket.
 type daemon struct {
+	*testutil.Daemon
 	t      *testing.T
 	cmd    *exec.Cmd
-	dir    string
 	client *http.Client
 	token  string
-	stderr *bytes.Buffer
-	lines  chan string
 }
 
-// startDaemon starts moat serve on data dir dir and waits for its
-// "listening" log line.
+// startDaemon starts moat serve on data dir dir, on a unix socket.
 func startDaemon(t *testing.T, dir string) *daemon {
 	t.Helper()
 	sock := filepath.Join(dir, "api.sock")
-	cmd := exec.Command(testutil.Moat(t), "serve", "--data", dir, "--listen", "unix:"+sock)
-	pr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	d := &daemon{t: t, cmd: cmd, dir: dir, stderr: &bytes.Buffer{}, lines: make(chan string, 100)}
-	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			d.lines <- sc.Text()
-		}
-		close(d.lines)
-	}()
-	for line := range d.lines {
-		d.stderr.WriteString(line + "\n")
-		if strings.Contains(line, "msg=listening") {
-			tok, err := os.ReadFile(filepath.Join(dir, "token"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			d.token = strings.TrimSpace(string(tok))
-			d.client = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-			}}}
-			return d
-		}
-	}
-	_ = cmd.Wait()
-	t.Fatalf("moat serve did not start:\n%s", d.stderr)
-	return nil
+	td := testutil.StartDaemon(t, dir, "--listen", "unix:"+sock)
+	return &daemon{Daemon: td, t: t, cmd: td.Cmd, token: td.Token, client: &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		}}}}
 }
 
 // call sends a JSON request and decodes a JSON answer into out.

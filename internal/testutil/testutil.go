@@ -5,6 +5,7 @@
 package testutil
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -12,7 +13,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/moat-sandbox/moat/sandbox"
@@ -138,4 +141,63 @@ func Run(t testing.TB, flags []string, argv ...string) *sandbox.Result {
 func Sh(t testing.TB, script string, flags ...string) *sandbox.Result {
 	t.Helper()
 	return Run(t, flags, "/bin/sh", "-c", script)
+}
+
+// Daemon is a `moat serve` started by StartDaemon.
+type Daemon struct {
+	Cmd *exec.Cmd
+	// URL is the address from the daemon's "listening" log line
+	// (http://host:port, or unix:/path).
+	URL string
+	// Token is the default tenant's token from the data directory.
+	Token string
+	// Log holds the daemon's stderr up to the "listening" line.
+	Log string
+}
+
+// StartDaemon starts `moat serve --data dir` with extra flags and returns
+// once it logs that it listens; it is stopped with SIGTERM (or killed)
+// when the test ends, if still running.
+func StartDaemon(t testing.TB, dir string, flags ...string) *Daemon {
+	t.Helper()
+	cmd := exec.Command(Moat(t), append([]string{"serve", "--data", dir}, flags...)...)
+	pr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d := &Daemon{Cmd: cmd}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			_ = cmd.Wait()
+		}
+	})
+	sc := bufio.NewScanner(pr)
+	var log strings.Builder
+	for sc.Scan() {
+		line := sc.Text()
+		log.WriteString(line + "\n")
+		if !strings.Contains(line, "msg=listening") {
+			continue
+		}
+		_, url, _ := strings.Cut(line, " url=")
+		d.URL, _, _ = strings.Cut(url, " ")
+		tok, err := os.ReadFile(filepath.Join(dir, "token"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Token, d.Log = strings.TrimSpace(string(tok)), log.String()
+		// Keep draining the log so the daemon never blocks on it.
+		go func() {
+			for sc.Scan() {
+			}
+		}()
+		return d
+	}
+	_ = cmd.Wait()
+	t.Fatalf("moat serve did not start:\n%s", log.String())
+	return nil
 }
