@@ -72,7 +72,7 @@ func serveCommand() *command {
 	return &command{
 		name:  "serve",
 		usage: "[flags]",
-		short: "run the control-plane daemon (HTTP API or --stdio JSON-RPC)",
+		short: "Run the control-plane daemon (HTTP API, or JSON-RPC with --stdio)",
 		long:  serveLong,
 		setup: func(fl *pflag.FlagSet) {
 			fl.StringVar(&f.listen, "listen", defaultListen, "HTTP `ADDR` to listen on (host:port, or unix:/path/to.sock)")
