@@ -285,8 +285,13 @@ type AuditQuery struct {
 	Since    time.Time `json:"since,omitzero"`
 	Until    time.Time `json:"until,omitzero"`
 	AfterSeq uint64    `json:"after_seq,omitempty"`
-	Limit    int       `json:"limit,omitempty"`
-	Newest   bool      `json:"newest,omitempty"`
+	// BeforeSeq, when not 0, keeps events with a smaller sequence
+	// number: with Newest, the Seq of a page's first event gives the page
+	// before it.
+	BeforeSeq uint64 `json:"before_seq,omitempty"`
+	Actor     string `json:"actor,omitempty"`
+	Limit     int    `json:"limit,omitempty"`
+	Newest    bool   `json:"newest,omitempty"`
 }
 
 // AuditPage is the answer of audit.query.

@@ -56,17 +56,27 @@ func (s *Service) Handler(tokens *Tokens) http.Handler {
 			writeError(w, api.Errorf(api.CodeMethodNotAllowed, "%s is not allowed on %s", r.Method, p))
 		})
 	}
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+	getOnly := func(path string, h http.HandlerFunc) {
+		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			if r.Method != http.MethodGet && r.Method != http.MethodHead {
+				w.Header().Set("Allow", "GET")
+				writeError(w, api.Errorf(api.CodeMethodNotAllowed, "%s is not allowed on %s", r.Method, path))
+				return
+			}
+			h(w, r)
+		})
+	}
+	getOnly("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, api.Health{Status: "ok"})
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+	getOnly("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		if err := s.Ready(); err != nil {
 			writeJSON(w, http.StatusServiceUnavailable, api.Health{Status: "unavailable", Reason: err.Error()})
 			return
 		}
 		writeJSON(w, http.StatusOK, api.Health{Status: "ok"})
 	})
-	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+	getOnly("/metrics", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 		s.metrics.write(w)
 	})

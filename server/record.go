@@ -68,7 +68,8 @@ func (s *Service) auditQuery(ctx context.Context, c Caller, in *input) (any, err
 		return nil, api.Errorf(api.CodeInvalidArgument, "limit must be between 0 and %d", audit.MaxLimit)
 	}
 	q := audit.Query{Tenant: c.Tenant, Sandbox: req.Sandbox, Call: req.Call, Kind: req.Kind, Decision: req.Decision,
-		Since: req.Since, Until: req.Until, AfterSeq: req.AfterSeq, Limit: req.Limit, Newest: req.Newest}
+		Since: req.Since, Until: req.Until, AfterSeq: req.AfterSeq, BeforeSeq: req.BeforeSeq, Actor: req.Actor,
+		Limit: req.Limit, Newest: req.Newest}
 	// The tenant filter is exact, and "" means every tenant: a caller
 	// without a tenant must not get that.
 	if c.Tenant == "" {

@@ -95,10 +95,17 @@ func (s *Service) lookup(c Caller, id string) (*managed, error) {
 }
 
 // use looks up a running sandbox and marks a call in flight; the caller
-// must call the returned func when done.
+// must call the returned func when done. A sandbox of the caller's that
+// has stopped is sandbox_not_running (409), one never seen (or another
+// tenant's) not_found.
 func (s *Service) use(c Caller, id string) (*managed, func(), error) {
 	m, err := s.lookup(c, id)
 	if err != nil {
+		if id != "" {
+			if rec, serr := s.cfg.Store.GetSandbox(context.Background(), c.Tenant, id); serr == nil {
+				return nil, nil, api.Errorf(api.CodeNotRunning, "sandbox %s has stopped (%s)", id, rec.EndReason)
+			}
+		}
 		return nil, nil, err
 	}
 	if err := m.enter(); err != nil {
@@ -335,7 +342,8 @@ func (s *Service) deleteSandbox(ctx context.Context, c Caller, in *input) (any, 
 	}
 	m, err := s.lookup(c, req.Sandbox)
 	if err != nil {
-		return nil, err
+		// Deleting a stopped sandbox again answers its record.
+		return s.getSandbox(ctx, c, in)
 	}
 	s.end(ctx, m, api.EndDeleted, c)
 	info := m.snapshot()

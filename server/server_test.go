@@ -211,7 +211,7 @@ func TestSandboxLifecycle(t *testing.T) {
 	if sb.State != api.StateStopped || sb.EndReason != api.EndDeleted {
 		t.Fatalf("delete: %s", r.body)
 	}
-	if r = h.do("POST", base+"/exec", tokenA, api.Exec{Args: []string{"true"}}); r.status != 404 {
+	if r = h.do("POST", base+"/exec", tokenA, api.Exec{Args: []string{"true"}}); r.status != 409 || r.apiErr(t).Code != api.CodeNotRunning {
 		t.Fatalf("exec after delete: %d %s", r.status, r.body)
 	}
 	r = h.do("GET", base, tokenA, nil)
@@ -539,8 +539,12 @@ func TestInitExit(t *testing.T) {
 	if reason := h.waitEnd(id, 10*time.Second); reason != api.EndExited {
 		t.Fatalf("reason %q", reason)
 	}
-	if r := h.do("POST", "/v1/sandboxes/"+id+"/exec", tokenA, api.Exec{Args: []string{"true"}}); r.status != 404 {
+	if r := h.do("POST", "/v1/sandboxes/"+id+"/exec", tokenA, api.Exec{Args: []string{"true"}}); r.status != 409 {
 		t.Fatalf("exec on a dead sandbox: %d %s", r.status, r.body)
+	}
+	// Another tenant still cannot tell it from a missing one.
+	if r := h.do("POST", "/v1/sandboxes/"+id+"/exec", tokenB, api.Exec{Args: []string{"true"}}); r.status != 404 {
+		t.Fatalf("tenant b exec on a's dead sandbox: %d %s", r.status, r.body)
 	}
 }
 

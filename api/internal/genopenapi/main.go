@@ -1,0 +1,24 @@
+// Command genopenapi writes the OpenAPI document of moat's HTTP API
+// (api.OpenAPI) to standard output:
+//
+//	go run ./api/internal/genopenapi > docs/openapi.json
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/moat-sandbox/moat/api"
+)
+
+func main() {
+	doc, err := api.OpenAPI()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "genopenapi:", err)
+		os.Exit(1)
+	}
+	if _, err := os.Stdout.Write(doc); err != nil {
+		fmt.Fprintln(os.Stderr, "genopenapi:", err)
+		os.Exit(1)
+	}
+}

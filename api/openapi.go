@@ -1,0 +1,954 @@
+package api
+
+import (
+	"bytes"
+	"encoding"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"reflect"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/sandbox"
+)
+
+// OpenAPI returns the OpenAPI 3.1 document of the HTTP API as indented
+// JSON ending with a newline. It is built from [Ops] and from the json
+// tags of the request and answer types, so it cannot drift from what the
+// server binds; docs/openapi.json is its committed output
+// (`go run ./api/internal/genopenapi > docs/openapi.json`).
+func OpenAPI() ([]byte, error) {
+	g := &openapiGen{
+		types:     map[reflect.Type]bool{},
+		request:   map[reflect.Type]bool{},
+		response:  map[reflect.Type]bool{},
+		pathBound: map[reflect.Type]map[string]bool{},
+	}
+	doc, err := g.document()
+	if err != nil {
+		return nil, fmt.Errorf("openapi: %w", err)
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(doc); err != nil {
+		return nil, fmt.Errorf("openapi: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// errorCodes lists every error code of the API, in the order of
+// errors.go.
+var errorCodes = []string{
+	CodeInvalidArgument, CodeUnauthenticated, CodePermissionDenied, CodeNotFound, CodeMethodNotAllowed,
+	CodeTimeout, CodeBusy, CodeConflict, CodeGone, CodeTooLarge, CodeUnsupportedMedia, CodeTooMany,
+	CodeInternal, CodeSetup, CodeUnavailable, CodeFile, CodeNotRunning, CodeUnimplemented,
+}
+
+// fileErrnos are the errno names of file_error that have a status of
+// their own (any other errno is 400).
+var fileErrnos = []string{"ENOENT", "ENOTDIR", "EACCES", "EPERM", "EROFS", "EEXIST", "ENOTEMPTY", "EISDIR",
+	"EBUSY", "ETOOBIG", "ENOSPC", "EFBIG", "ENAMETOOLONG"}
+
+// object is a JSON object that keeps its members in insertion order.
+type object []member
+
+type member struct {
+	k string
+	v any
+}
+
+func (o object) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	buf.WriteByte('{')
+	for i, m := range o {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		k, err := marshalPlain(m.k)
+		if err != nil {
+			return nil, err
+		}
+		buf.Write(k)
+		buf.WriteByte(':')
+		v, err := marshalPlain(m.v)
+		if err != nil {
+			return nil, err
+		}
+		buf.Write(v)
+	}
+	buf.WriteByte('}')
+	return buf.Bytes(), nil
+}
+
+// marshalPlain is json.Marshal without HTML escaping.
+func marshalPlain(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// set replaces the member k, or appends it.
+func (o *object) set(k string, v any) {
+	for i := range *o {
+		if (*o)[i].k == k {
+			(*o)[i].v = v
+			return
+		}
+	}
+	*o = append(*o, member{k, v})
+}
+
+// openapiGen builds the document.
+type openapiGen struct {
+	// types are the named struct types that become component schemas.
+	types map[reflect.Type]bool
+	// request and response say where a type is reachable from.
+	request, response map[reflect.Type]bool
+	// pathBound names the fields of a request type that some operation
+	// fills from its path.
+	pathBound map[reflect.Type]map[string]bool
+	names     map[reflect.Type]string
+}
+
+var (
+	timeType          = reflect.TypeFor[time.Time]()
+	rawType           = reflect.TypeFor[json.RawMessage]()
+	jsonMarshalerType = reflect.TypeFor[json.Marshaler]()
+	textMarshalerType = reflect.TypeFor[encoding.TextMarshaler]()
+)
+
+// jsonField is one field of a struct as encoding/json sees it.
+type jsonField struct {
+	name      string
+	typ       reflect.Type
+	omitempty bool // omitempty or omitzero
+	goName    string
+}
+
+// jsonFields returns the fields encoding/json reads and writes for the
+// struct type t, embedded structs flattened.
+func jsonFields(t reflect.Type) ([]jsonField, error) {
+	var out []jsonField
+	seen := map[string]bool{}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		if tag == "-" {
+			continue
+		}
+		name, opts, _ := strings.Cut(tag, ",")
+		if f.Anonymous && name == "" {
+			et := f.Type
+			if et.Kind() == reflect.Pointer {
+				et = et.Elem()
+			}
+			if et.Kind() == reflect.Struct {
+				sub, err := jsonFields(et)
+				if err != nil {
+					return nil, err
+				}
+				for _, s := range sub {
+					if seen[s.name] {
+						return nil, fmt.Errorf("%s: field %q appears twice", t, s.name)
+					}
+					seen[s.name] = true
+					out = append(out, s)
+				}
+				continue
+			}
+		}
+		if !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		jf := jsonField{name: name, typ: f.Type, goName: f.Name}
+		for _, o := range strings.Split(opts, ",") {
+			switch o {
+			case "omitempty", "omitzero":
+				jf.omitempty = true
+			case "string":
+				return nil, fmt.Errorf("%s.%s: the ,string option is not supported", t, f.Name)
+			}
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("%s: field %q appears twice", t, name)
+		}
+		seen[name] = true
+		out = append(out, jf)
+	}
+	return out, nil
+}
+
+// collect records the named struct types reachable from t.
+func (g *openapiGen) collect(t reflect.Type, request bool) error {
+	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array || t.Kind() == reflect.Map {
+		if t == rawType {
+			return nil
+		}
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct || t == timeType {
+		return nil
+	}
+	if t.Name() == "" {
+		return fmt.Errorf("anonymous struct types are not supported (%s)", t)
+	}
+	mark := g.response
+	if request {
+		mark = g.request
+	}
+	if mark[t] {
+		return nil
+	}
+	mark[t] = true
+	g.types[t] = true
+	fields, err := jsonFields(t)
+	if err != nil {
+		return err
+	}
+	for _, f := range fields {
+		if err := g.collect(f.typ, request); err != nil {
+			return fmt.Errorf("%s.%s: %w", t.Name(), f.goName, err)
+		}
+	}
+	return nil
+}
+
+// name assigns component names: a type's Go name, or, when two packages
+// use the same name, the package's name before it for the types outside
+// package api (audit.Event is "AuditEvent").
+func (g *openapiGen) nameTypes() {
+	byName := map[string][]reflect.Type{}
+	for t := range g.types {
+		byName[t.Name()] = append(byName[t.Name()], t)
+	}
+	apiPkg := reflect.TypeFor[Op]().PkgPath()
+	g.names = map[reflect.Type]string{}
+	for n, ts := range byName {
+		for _, t := range ts {
+			if len(ts) == 1 || t.PkgPath() == apiPkg {
+				g.names[t] = n
+				continue
+			}
+			pkg := t.PkgPath()[strings.LastIndex(t.PkgPath(), "/")+1:]
+			g.names[t] = strings.ToUpper(pkg[:1]) + pkg[1:] + n
+		}
+	}
+}
+
+func ref(name string) object {
+	return object{{"$ref", "#/components/schemas/" + name}}
+}
+
+// schema is the JSON schema of values of type t.
+func (g *openapiGen) schema(t reflect.Type) (object, error) {
+	switch {
+	case t == timeType:
+		return object{{"type", "string"}, {"format", "date-time"}}, nil
+	case t == rawType:
+		return object{{"description", "Any JSON value."}}, nil
+	}
+	if t.Kind() != reflect.Pointer && (t.Implements(jsonMarshalerType) || t.Implements(textMarshalerType) ||
+		reflect.PointerTo(t).Implements(jsonMarshalerType) || reflect.PointerTo(t).Implements(textMarshalerType)) {
+		return nil, fmt.Errorf("%s marshals itself: its schema is unknown", t)
+	}
+	switch t.Kind() {
+	case reflect.Pointer:
+		return g.schema(t.Elem())
+	case reflect.Struct:
+		name, ok := g.names[t]
+		if !ok {
+			return nil, fmt.Errorf("%s was not collected", t)
+		}
+		return ref(name), nil
+	case reflect.Slice, reflect.Array:
+		if t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Uint8 {
+			return object{{"type", "string"}, {"format", "byte"}, {"contentEncoding", "base64"}}, nil
+		}
+		items, err := g.schema(t.Elem())
+		if err != nil {
+			return nil, err
+		}
+		return object{{"type", "array"}, {"items", items}}, nil
+	case reflect.Map:
+		if t.Key().Kind() != reflect.String {
+			return nil, fmt.Errorf("%s: only maps with string keys are supported", t)
+		}
+		v, err := g.schema(t.Elem())
+		if err != nil {
+			return nil, err
+		}
+		return object{{"type", "object"}, {"additionalProperties", v}}, nil
+	case reflect.String:
+		return object{{"type", "string"}}, nil
+	case reflect.Bool:
+		return object{{"type", "boolean"}}, nil
+	case reflect.Int, reflect.Int64:
+		return object{{"type", "integer"}, {"format", "int64"}}, nil
+	case reflect.Int8, reflect.Int16, reflect.Int32:
+		return object{{"type", "integer"}, {"format", "int32"}}, nil
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return object{{"type", "integer"}, {"format", "int64"}, {"minimum", 0}}, nil
+	case reflect.Float32:
+		return object{{"type", "number"}, {"format", "float"}}, nil
+	case reflect.Float64:
+		return object{{"type", "number"}, {"format", "double"}}, nil
+	case reflect.Interface:
+		return object{{"description", "Any JSON value."}}, nil
+	}
+	return nil, fmt.Errorf("%s: kind %s has no JSON schema", t, t.Kind())
+}
+
+// requiredIn says whether a request must carry field f of type t: a
+// string or a list that is always encoded, that no path fills and that
+// the server cannot do without.
+func (g *openapiGen) requiredIn(t reflect.Type, f jsonField) bool {
+	if f.omitempty || g.pathBound[t][f.name] || optionalRequestFields[g.names[t]+"."+f.name] {
+		return false
+	}
+	k := f.typ.Kind()
+	return k == reflect.String || k == reflect.Slice && f.typ.Elem().Kind() != reflect.Uint8
+}
+
+// optionalRequestFields are request fields always encoded that a caller
+// may still leave out.
+var optionalRequestFields = map[string]bool{
+	"Bind.target": true, // defaults to the source
+}
+
+// component is the schema of the named struct type t.
+func (g *openapiGen) component(t reflect.Type) (object, error) {
+	name := g.names[t]
+	fields, err := jsonFields(t)
+	if err != nil {
+		return nil, err
+	}
+	var props object
+	var reqResp, reqReq []string
+	for _, f := range fields {
+		s, err := g.schema(f.typ)
+		if err != nil {
+			return nil, fmt.Errorf("%s.%s: %w", t.Name(), f.goName, err)
+		}
+		key := name + "." + f.name
+		if e, ok := enums[key]; ok {
+			s.set("enum", e)
+		}
+		desc := fieldDocs[key]
+		if desc == "" && g.pathBound[t][f.name] {
+			desc = fmt.Sprintf("Over HTTP, taken from the path ({%s}); over JSON-RPC, required.", f.name)
+		}
+		if desc != "" {
+			if s[0].k == "$ref" {
+				// Keep $ref alone in its object for older tools.
+				s = object{{"description", desc}, {"allOf", []object{s}}}
+			} else {
+				s.set("description", desc)
+			}
+		}
+		if f.typ.Kind() == reflect.Pointer && !f.omitempty {
+			s = object{{"anyOf", []object{s, {{"type", "null"}}}}}
+		}
+		props.set(f.name, s)
+		if !f.omitempty {
+			reqResp = append(reqResp, f.name)
+		}
+		if g.requiredIn(t, f) {
+			reqReq = append(reqReq, f.name)
+		}
+	}
+	var required []string
+	switch {
+	case g.request[t] && g.response[t]:
+		if !slices.Equal(reqReq, reqResp) {
+			return nil, fmt.Errorf("%s is both a request and an answer, with different required fields", t)
+		}
+		required = reqResp
+	case g.request[t]:
+		required = reqReq
+	default:
+		required = reqResp
+	}
+	out := object{{"type", "object"}}
+	if d := typeDocs[name]; d != "" {
+		out.set("description", d)
+	}
+	if props == nil {
+		props = object{}
+	}
+	out.set("properties", props)
+	if len(required) > 0 {
+		out.set("required", required)
+	}
+	return out, nil
+}
+
+// Tags group the operations by the first element of their names.
+var openapiTags = []struct{ name, desc string }{
+	{"sandbox", "Sandboxes: create, list, describe, delete."},
+	{"process", "Processes in a sandbox: run to completion, start in the background, follow output, stdin, signals."},
+	{"file", "Files inside a sandbox, read and written by the sandbox's agent under the sandbox's own protections."},
+	{"audit", "The caller's audit events."},
+	{"health", "Liveness, readiness and metrics (no token)."},
+}
+
+func (g *openapiGen) document() (object, error) {
+	for _, op := range Ops {
+		rt := reflect.TypeOf(op.Request)
+		for _, p := range pathParams(op.Path) {
+			if g.pathBound[rt] == nil {
+				g.pathBound[rt] = map[string]bool{}
+			}
+			g.pathBound[rt][p] = true
+		}
+		if err := g.collect(rt, true); err != nil {
+			return nil, fmt.Errorf("%s: %w", op.Name, err)
+		}
+		if err := g.collect(reflect.TypeOf(op.Response), false); err != nil {
+			return nil, fmt.Errorf("%s: %w", op.Name, err)
+		}
+	}
+	for _, v := range []any{Event{}, Error{}, Health{}} {
+		if err := g.collect(reflect.TypeOf(v), false); err != nil {
+			return nil, err
+		}
+	}
+	g.nameTypes()
+
+	paths := object{}
+	index := map[string]int{}
+	for _, op := range Ops {
+		o, err := g.operation(op)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", op.Name, err)
+		}
+		i, ok := index[op.Path]
+		if !ok {
+			i = len(paths)
+			index[op.Path] = i
+			paths.set(op.Path, object{})
+		}
+		item := paths[i].v.(object)
+		for _, m := range item {
+			if m.k == strings.ToLower(op.Method) {
+				return nil, fmt.Errorf("%s: %s %s is taken", op.Name, op.Method, op.Path)
+			}
+		}
+		item.set(strings.ToLower(op.Method), o)
+		paths[i].v = item
+	}
+	healthResp := object{{"content", object{{"application/json", object{{"schema", ref("Health")}}}}}}
+	withDesc := func(d string, o object) object { return append(object{{"description", d}}, o...) }
+	paths.set("/healthz", object{{"get", object{
+		{"operationId", "healthz"}, {"summary", "Liveness: the daemon answers."}, {"tags", []string{"health"}},
+		{"security", []any{}},
+		{"responses", object{{"200", withDesc("The daemon is alive.", healthResp)}}},
+	}}})
+	paths.set("/readyz", object{{"get", object{
+		{"operationId", "readyz"}, {"summary", "Readiness: the daemon takes calls (503 while it shuts down)."},
+		{"tags", []string{"health"}}, {"security", []any{}},
+		{"responses", object{
+			{"200", withDesc("The daemon takes calls.", healthResp)},
+			{"503", withDesc("The daemon is shutting down; reason says why.", healthResp)},
+		}},
+	}}})
+	paths.set("/metrics", object{{"get", object{
+		{"operationId", "metrics"}, {"summary", "Prometheus metrics in the text exposition format (version 0.0.4)."},
+		{"tags", []string{"health"}}, {"security", []any{}},
+		{"responses", object{{"200", object{{"description", "The metrics."},
+			{"content", object{{"text/plain", object{{"schema", object{{"type", "string"}}}}}}}}}}},
+	}}})
+
+	var names []string
+	byName := map[string]reflect.Type{}
+	for t, n := range g.names {
+		names = append(names, n)
+		byName[n] = t
+	}
+	sort.Strings(names)
+	schemas := object{}
+	for _, n := range names {
+		c, err := g.component(byName[n])
+		if err != nil {
+			return nil, err
+		}
+		schemas.set(n, c)
+	}
+
+	var tags []object
+	for _, t := range openapiTags {
+		tags = append(tags, object{{"name", t.name}, {"description", t.desc}})
+	}
+	return object{
+		{"openapi", "3.1.0"},
+		{"info", object{
+			{"title", "moat control-plane API"},
+			{"version", Version},
+			{"description", infoDescription},
+		}},
+		{"servers", []object{{{"url", "http://127.0.0.1:7070"}, {"description", "`moat serve` with its default --listen address"}}}},
+		{"tags", tags},
+		{"paths", paths},
+		{"components", object{
+			{"securitySchemes", object{{"bearer", object{
+				{"type", "http"}, {"scheme", "bearer"},
+				{"description", "An API token from <data>/tokens (one \"TENANT TOKEN\" per line); the token decides the tenant."},
+			}}}},
+			{"responses", errorResponses()},
+			{"schemas", schemas},
+		}},
+	}, nil
+}
+
+// pathParams are the names of the {wildcards} of an HTTP path.
+func pathParams(p string) []string {
+	var out []string
+	for _, seg := range strings.Split(p, "/") {
+		if strings.HasPrefix(seg, "{") && strings.HasSuffix(seg, "}") {
+			out = append(out, seg[1:len(seg)-1])
+		}
+	}
+	return out
+}
+
+// errorStatuses are the statuses an error answer may have.
+func errorStatuses() []int {
+	set := map[int]bool{}
+	for _, c := range errorCodes {
+		if c == CodeFile {
+			for _, e := range append(fileErrnos, "EINVAL") {
+				set[HTTPStatus(&Error{Code: c, Errno: e})] = true
+			}
+			continue
+		}
+		set[HTTPStatus(&Error{Code: c})] = true
+	}
+	var out []int
+	for s := range set {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// errorResponseName names the shared response of an error status:
+// "NotFound", "Conflict"…
+func errorResponseName(status int) string {
+	return strings.NewReplacer(" ", "", "-", "").Replace(http.StatusText(status))
+}
+
+// errorResponses are the shared error answers, one per status, each
+// listing the codes (and file_error errnos) that have it.
+func errorResponses() object {
+	out := object{}
+	for _, st := range errorStatuses() {
+		var codes []string
+		for _, c := range errorCodes {
+			if c == CodeFile {
+				var errnos []string
+				for _, e := range fileErrnos {
+					if HTTPStatus(&Error{Code: c, Errno: e}) == st {
+						errnos = append(errnos, e)
+					}
+				}
+				if HTTPStatus(&Error{Code: c, Errno: "EINVAL"}) == st {
+					errnos = append(errnos, "any other: ELOOP, EBADTAR, EINVAL…")
+				}
+				if len(errnos) > 0 {
+					codes = append(codes, fmt.Sprintf("%s (errno %s)", c, strings.Join(errnos, ", ")))
+				}
+				continue
+			}
+			if HTTPStatus(&Error{Code: c}) == st {
+				codes = append(codes, c)
+			}
+		}
+		r := object{
+			{"description", fmt.Sprintf("%s: %s.", http.StatusText(st), strings.Join(codes, "; "))},
+		}
+		if st == http.StatusUnauthorized {
+			r.set("headers", object{{"WWW-Authenticate", object{
+				{"description", `Bearer realm="moat"`}, {"schema", object{{"type", "string"}}},
+			}}})
+		}
+		r.set("content", object{{"application/json", object{{"schema", ref("Error")}}}})
+		out.set(errorResponseName(st), r)
+	}
+	return out
+}
+
+// opStatuses are the error statuses an operation may answer.
+func opStatuses(op Op) []int {
+	set := map[int]bool{400: true, 401: true, 408: true, 500: true}
+	add := func(s ...int) {
+		for _, x := range s {
+			set[x] = true
+		}
+	}
+	switch op.In {
+	case BodyJSON:
+		add(413, 415)
+	case BodyRaw:
+		add(413)
+	}
+	params := pathParams(op.Path)
+	if slices.Contains(params, "sandbox") {
+		add(404)
+		if op.Name != OpSandboxGet && op.Name != OpSandboxDelete {
+			add(409) // sandbox_not_running, busy, conflict
+		}
+	}
+	if slices.Contains(params, "process") {
+		add(404)
+	}
+	if strings.HasPrefix(op.Name, "file.") {
+		add(403, 404, 409, 413) // file_error
+	}
+	switch op.Name {
+	case OpSandboxCreate:
+		add(403, 429, 503)
+	case OpStart:
+		add(429) // resource_exhausted: too many running processes
+	case OpStdin, OpSignal:
+		add(410)
+	}
+	var out []int
+	for s := range set {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// binary is the schema of a raw body of media type mt.
+func binary(mt string) object {
+	return object{{"type", "string"}, {"format", "binary"}, {"contentMediaType", mt}}
+}
+
+// rawMediaType is the media type of an operation's raw body.
+func rawMediaType(op Op) string {
+	if op.Name == OpFileUpload || op.Name == OpFileDownload {
+		return "application/x-tar"
+	}
+	return "application/octet-stream"
+}
+
+// queryable says whether the server can bind a value of type t from the
+// query string (server/http.go, setField).
+func queryable(t reflect.Type) bool {
+	switch {
+	case t == timeType:
+		return true
+	case t.Kind() == reflect.Slice:
+		return t.Elem().Kind() == reflect.String || t.Elem().Kind() == reflect.Uint8
+	}
+	switch t.Kind() {
+	case reflect.String, reflect.Bool, reflect.Int, reflect.Int64, reflect.Uint64:
+		return true
+	}
+	return false
+}
+
+func (g *openapiGen) operation(op Op) (object, error) {
+	rt := reflect.TypeOf(op.Request)
+	respName := g.names[reflect.TypeOf(op.Response)]
+	reqName := g.names[rt]
+	if respName == "" || reqName == "" {
+		return nil, fmt.Errorf("request and answer must be named struct types")
+	}
+	fields, err := jsonFields(rt)
+	if err != nil {
+		return nil, err
+	}
+	byName := map[string]jsonField{}
+	for _, f := range fields {
+		byName[f.name] = f
+	}
+	tag, _, _ := strings.Cut(op.Name, ".")
+	o := object{
+		{"operationId", op.Name},
+		{"summary", op.Summary},
+	}
+	if d := opDocs[op.Name]; d != "" {
+		o.set("description", d)
+	}
+	o.set("tags", []string{tag})
+	o.set("security", []object{{{"bearer", []string{}}}})
+
+	var params []object
+	pp := pathParams(op.Path)
+	for _, p := range pp {
+		f, ok := byName[p]
+		if !ok {
+			return nil, fmt.Errorf("path parameter {%s} is not a field of %s", p, rt)
+		}
+		s, err := g.schema(f.typ)
+		if err != nil {
+			return nil, err
+		}
+		desc := "The sandbox's id."
+		if p == "process" {
+			desc = "The process's id in its sandbox."
+		}
+		params = append(params, object{{"name", p}, {"in", "path"}, {"required", true}, {"description", desc}, {"schema", s}})
+	}
+	if op.In == BodyNone || op.In == BodyRaw {
+		for _, f := range fields {
+			if slices.Contains(pp, f.name) || op.In == BodyRaw && f.name == "content" {
+				continue
+			}
+			if !queryable(f.typ) {
+				return nil, fmt.Errorf("%s.%s cannot travel in a query string", rt.Name(), f.goName)
+			}
+			s, err := g.schema(f.typ)
+			if err != nil {
+				return nil, err
+			}
+			if e, ok := enums[reqName+"."+f.name]; ok {
+				s.set("enum", e)
+			}
+			p := object{{"name", f.name}, {"in", "query"}, {"required", g.requiredIn(rt, f)}}
+			if d := fieldDocs[reqName+"."+f.name]; d != "" {
+				p.set("description", d)
+			}
+			if d := queryDocs[op.Name+"."+f.name]; d != "" {
+				p.set("description", d)
+			}
+			p.set("schema", s)
+			params = append(params, p)
+		}
+	}
+	if len(params) > 0 {
+		o.set("parameters", params)
+	}
+
+	switch op.In {
+	case BodyJSON:
+		required := false
+		for _, f := range fields {
+			required = required || g.requiredIn(rt, f)
+		}
+		o.set("requestBody", object{
+			{"required", required},
+			{"content", object{{"application/json", object{{"schema", ref(reqName)}}}}},
+		})
+	case BodyRaw:
+		mt := rawMediaType(op)
+		desc := "The file's new content (at most the server's max file bytes, 64 MiB by default)."
+		if mt == "application/x-tar" {
+			desc = "A tar stream, extracted under path (at most the server's max file bytes unpacked, 64 MiB by default)."
+		}
+		o.set("requestBody", object{
+			{"description", desc},
+			{"required", true},
+			{"content", object{{mt, object{{"schema", binary(mt)}}}}},
+		})
+	case BodyStream:
+		return nil, fmt.Errorf("a request cannot be a stream")
+	}
+
+	status, statusDesc := "200", "OK."
+	if op.Name == OpSandboxCreate || op.Name == OpStart {
+		status, statusDesc = "201", "Created."
+	}
+	ndjson := object{{"application/x-ndjson", object{{"schema", ref("Event")}}}}
+	var content object
+	switch op.Out {
+	case BodyJSON:
+		content = object{{"application/json", object{{"schema", ref(respName)}}}}
+		if op.Name == OpExec {
+			content = append(content, ndjson...)
+			statusDesc = "The process's result (application/json); with stream=true, an NDJSON stream of events, one Event per line, ending with an exit or error event."
+		}
+	case BodyRaw:
+		mt := rawMediaType(op)
+		content = object{{mt, object{{"schema", binary(mt)}}}}
+		statusDesc = "The file's content."
+		if mt == "application/x-tar" {
+			statusDesc = "A tar stream of path (a file or a tree)."
+		}
+	case BodyStream:
+		content = ndjson
+		statusDesc = "An NDJSON stream of events, one Event per line."
+	}
+	responses := object{{status, object{{"description", statusDesc}, {"content", content}}}}
+	for _, st := range opStatuses(op) {
+		responses.set(strconv.Itoa(st), object{{"$ref", "#/components/responses/" + errorResponseName(st)}})
+	}
+	o.set("responses", responses)
+
+	rpc := object{{"method", op.Name}, {"params", ref(reqName)}, {"result", ref(respName)}}
+	if op.Out == BodyStream || op.Name == OpExec {
+		rpc.set("notification", NotifyEvent)
+	}
+	o.set("x-jsonrpc", rpc)
+	return o, nil
+}
+
+// enums are the values of string fields with a closed set, by
+// "Component.field".
+var enums = map[string][]string{
+	"Sandbox.state":       {StateRunning, StateStopped},
+	"Sandbox.end_reason":  {EndDeleted, EndIdle, EndTimeout, EndLost, EndExited, EndShutdown},
+	"ListSandboxes.state": {StateRunning, StateStopped},
+	"Process.state":       {ProcRunning, ProcExited},
+	"Event.type":          {EventStdout, EventStderr, EventExit, EventError, EventLost},
+	"Error.code":          errorCodes,
+	"Result.exit_reason": {string(sandbox.ReasonExited), string(sandbox.ReasonSignaled), string(sandbox.ReasonTimeout),
+		string(sandbox.ReasonOOM), string(sandbox.ReasonKilled), string(sandbox.ReasonSetupError)},
+	"FileInfo.type":       {"file", "dir", "symlink", "other"},
+	"Health.status":       {"ok", "unavailable"},
+	"AuditEvent.decision": {audit.DecisionAllow, audit.DecisionDeny, audit.DecisionAsk},
+}
+
+// typeDocs describe the component schemas.
+var typeDocs = map[string]string{
+	"CreateSandbox": "The body of sandbox.create. Every field may be left out.",
+	"Sandbox":       "One sandbox.",
+	"SandboxRef":    "Names a sandbox (sandbox.get, sandbox.delete, process.list).",
+	"ListSandboxes": "The parameters of sandbox.list.",
+	"SandboxList":   "The answer of sandbox.list, newest first.",
+	"Exec":          "The body of process.exec (run to completion) and process.start (run in the background).",
+	"Process":       "A process started in a sandbox.",
+	"ProcessRef":    "Names a process (process.get, process.wait).",
+	"ProcessList":   "The answer of process.list, by id.",
+	"ReadOutput":    "The parameters of process.output.",
+	"Stdin":         "The body of process.stdin. data_base64 (bytes that are not UTF-8) wins over data.",
+	"Signal":        "The body of process.signal.",
+	"Event": "One element of a stream: an NDJSON line over HTTP, a process.event notification over JSON-RPC. " +
+		"Seq numbers the events of one process from 1; a reader resumes with after = the last seq it saw.",
+	"Error":       "The body of every failed call. Over JSON-RPC it is the data of the error.",
+	"FilePath":    "Names a file (file.read, file.list, file.stat, file.download).",
+	"WriteFile":   "The params of file.write and file.upload over JSON-RPC (over HTTP, path and mode are query parameters and the content is the raw body).",
+	"FileContent": "The result of file.read and file.download over JSON-RPC (over HTTP the body is the raw content).",
+	"Written":     "The answer of file.write and file.upload.",
+	"DirList":     "The answer of file.list: the entries sorted by name.",
+	"Mkdir":       "The body of file.mkdir.",
+	"Remove":      "The body of file.remove.",
+	"Move":        "The body of file.move.",
+	"OK":          "The answer of operations that return nothing else.",
+	"AuditQuery":  "The parameters of audit.query; the server restricts them to the caller's tenant.",
+	"AuditPage":   "The answer of audit.query.",
+	"AuditEvent":  "One audit record.",
+	"Health":      "The answer of /healthz and /readyz.",
+	"Result":      "The structured outcome of one process.",
+	"Enforcement": "The protections in effect for a sandbox.",
+	"Limits":      "Resource limits of a whole sandbox, enforced by the kernel. Zero or absent values take the server's defaults.",
+	"Bind":        "A host path made visible inside the sandbox (only on servers that allow host paths).",
+	"FileInfo":    "One file inside a sandbox.",
+}
+
+// fieldDocs describe fields, by "Component.field".
+var fieldDocs = map[string]string{
+	"CreateSandbox.workspace":        "A host directory bound at /workspace; only on servers that allow host paths (stdio mode does, HTTP only with --allow-host-paths), else 403. Empty: an in-memory workspace.",
+	"CreateSandbox.binds":            "Extra host paths; only on servers that allow host paths, else 403.",
+	"CreateSandbox.timeout_ms":       "The sandbox's maximum age in milliseconds; 0 or absent takes the server default (1 h). At most the server's maximum (24 h by default).",
+	"CreateSandbox.idle_timeout_ms":  "Ends the sandbox after this long without a call in flight; 0 or absent takes the server default (10 min).",
+	"CreateSandbox.labels":           "At most 64; keys 1 to 128 bytes, values at most 1024.",
+	"Sandbox.running":                "How many of the sandbox's background processes have not ended.",
+	"Sandbox.end_reason":             "Why a stopped sandbox ended.",
+	"ListSandboxes.state":            "Keep only sandboxes in this state; absent lists running ones and those that stopped recently.",
+	"ListSandboxes.limit":            "At most this many sandboxes, newest first; 0 or absent: no limit.",
+	"Exec.args":                      "The argv; args[0] is looked up in the sandbox's PATH when it has no slash.",
+	"Exec.env":                       "KEY=VALUE pairs added to the sandbox's default environment. The audit records only the keys.",
+	"Exec.cwd":                       "The working directory inside the sandbox; default /workspace.",
+	"Exec.timeout_ms":                "Ends the process after this long (exit 124); 0 or absent: no timeout of its own.",
+	"Exec.stdin":                     "The process's whole standard input (process.exec only; process.start refuses it: use process.stdin).",
+	"Exec.stdin_base64":              "The same as stdin for bytes that are not UTF-8; wins over stdin.",
+	"Exec.output_limit":              "process.exec: the cap of each captured stream. process.start: how much of the output is kept for process.output readers (default: the server's output buffer, default buffer 1 MiB; at most 4 times the buffer).",
+	"Exec.stream":                    "process.exec only: answer with an NDJSON event stream while the process runs.",
+	"Exec.concurrent":                "Let this exec run beside another running exec in the same sandbox; otherwise the second one is refused (409 busy).",
+	"ProcessRef.timeout_ms":          "process.wait: answer after this long with the process still running; 0 or absent waits as long as the sandbox lives (at most the server's maximum timeout).",
+	"ReadOutput.after":               "Resume after the event with this sequence number (0: from the first event kept).",
+	"ReadOutput.follow":              "Keep the stream open until the process ends; otherwise answer with what is kept now.",
+	"Stdin.eof":                      "Close the process's standard input after the data.",
+	"Signal.signal":                  "A name (\"TERM\", \"SIGKILL\", \"sigint\") or a number (\"15\"); it goes to the process's group.",
+	"Event.process":                  "The process's id (process.output).",
+	"Event.text":                     "Output that is valid UTF-8.",
+	"Event.data":                     "Output that is not valid UTF-8, base64.",
+	"Event.result":                   "The process's result (exit event).",
+	"Event.error":                    "Why the call failed (error event).",
+	"Error.errno":                    "For file_error: the kernel's error name inside the sandbox (ENOENT, EACCES, EEXIST, ENOTDIR, EISDIR, ENOTEMPTY, EROFS, ELOOP, ENOSPC) or moat's own (ETOOBIG, EBADTAR, EINVAL).",
+	"FilePath.path":                  "A path inside the sandbox: absolute, or relative to /workspace.",
+	"FilePath.max_bytes":             "Cap a read or download below the server's cap (64 MiB by default); a bigger file is 413.",
+	"WriteFile.content":              "The content (file.write) or a tar stream (file.upload), base64.",
+	"WriteFile.mode":                 "The octal permission of a new file (default \"0644\"); file.upload ignores it.",
+	"FileContent.content":            "The file's content (file.read) or a tar stream (file.download), base64.",
+	"Written.size":                   "Bytes written (file.write), or bytes of the tar stream read (file.upload).",
+	"Mkdir.parents":                  "Create missing parents too.",
+	"Mkdir.mode":                     "The octal permission (default \"0755\").",
+	"Remove.recursive":               "Remove a directory and everything in it.",
+	"AuditQuery.call":                "Keep only events of this call id.",
+	"AuditQuery.kind":                "Keep only events whose kind starts with this: \"process.\" matches process.exec, process.start and process.exit.",
+	"AuditQuery.decision":            "Keep only events with this decision (allow, deny).",
+	"AuditQuery.since":               "Keep only events at or after this time (RFC 3339).",
+	"AuditQuery.until":               "Keep only events before this time (RFC 3339).",
+	"AuditQuery.after_seq":           "Keep only events after this sequence number (paging).",
+	"AuditQuery.sandbox":             "Keep only events of this sandbox.",
+	"AuditQuery.limit":               fmt.Sprintf("At most this many events (default %d, at most %d).", audit.DefaultLimit, audit.MaxLimit),
+	"AuditQuery.newest":              "Return the last limit matching events instead of the first ones (still in sequence order); more then says older ones match.",
+	"AuditPage.more":                 "More events match: after the last one returned, or before the first one with newest.",
+	"Result.exit_code":               "The exit status; 124 timeout, 125 setup failure, 126 not executable, 127 not found, 128+N killed by signal N.",
+	"Result.signal":                  "The number of the signal that ended the process, if any.",
+	"Result.time_to_first_output_ms": "-1 when the process wrote nothing.",
+	"Result.stdout":                  "Captured stdout (process.exec without stream), capped by output_limit; bytes that are not UTF-8 appear as U+FFFD.",
+	"Result.stderr":                  "Captured stderr, like stdout.",
+	"FileInfo.mode":                  "Permission bits (and setuid, setgid, sticky).",
+	"FileInfo.target":                "A symlink's target, as stored.",
+	"AuditEvent.actor":               "Who made the call: a token's id (token:xxxxxxxx), stdio, system, pruner, anonymous.",
+	"AuditEvent.request":             "What was asked, redacted: the env of a process is reduced to its keys.",
+	"AuditEvent.result":              "A summary of the outcome.",
+}
+
+// queryDocs describe query parameters that differ by operation, by
+// "operation.field".
+var queryDocs = map[string]string{
+	"file.upload.path":   "The directory to extract under; it must exist.",
+	"file.download.path": "The file or tree to archive.",
+	"file.write.path":    "The file to replace (atomically).",
+	"file.upload.mode":   "Accepted and ignored: the modes come from the archive.",
+}
+
+// opDocs describe operations beyond their summary.
+var opDocs = map[string]string{
+	OpSandboxCreate: "Another tenant never sees the sandbox: its id is 404 for them.",
+	OpSandboxGet:    "A stopped sandbox is still described (from the store) for a day after it ended.",
+	OpSandboxDelete: "Answers with the sandbox, stopped, end_reason deleted.",
+	OpExec: "One exec at a time per sandbox unless concurrent is true (else 409 busy). The request lasts as long as the process. " +
+		"A process that could not be started still answers 200 with exit_code 125 and exit_reason setup_error. " +
+		"With stream=true, output arrives as stdout/stderr events and the last event is exit (with the result) or error.",
+	OpStart:     "stdin and stdin_base64 are refused: write to the process with process.stdin. The process's output is kept for process.output.",
+	OpOutput:    "Events are stdout/stderr (text, or data in base64), lost (output before it was dropped: the buffer is bounded), then exit once the process has ended. An error after the stream began arrives as an error event.",
+	OpStdin:     "At most 1 MiB may wait unread by the process (else 409 busy). After eof, more data is 409 conflict.",
+	OpWait:      "Answers with the process, exited, or still running when timeout_ms passed or the sandbox ended.",
+	OpFileRead:  "Over JSON-RPC the result is a FileContent with the content in base64.",
+	OpFileWrite: "The file is replaced atomically (temporary file, fsync, rename). Over JSON-RPC the params are a WriteFile with the content in base64.",
+	OpFileUpload: "Absolute names, \"..\", links leaving the directory, devices and FIFOs are refused (file_error EBADTAR); setuid, setgid and sticky bits are dropped. " +
+		"Over JSON-RPC the params are a WriteFile with the tar stream in content, base64.",
+	OpFileDownload: "Over JSON-RPC the result is a FileContent with the tar stream in content, base64.",
+	OpAuditQuery:   "Only the caller's tenant's events.",
+}
+
+const infoDescription = `The HTTP API of ` + "`moat serve`" + `: long-lived Linux sandboxes, their processes and files, for many tenants.
+The human reference is docs/API.md.
+
+**Authentication.** Every /v1 operation needs ` + "`Authorization: Bearer <token>`" + `. Tokens are listed in ` + "`<data>/tokens`" + `, one "TENANT TOKEN" per line, and reloaded on SIGHUP; the token decides the tenant. A tenant sees only its own sandboxes: another tenant's sandbox is 404. /healthz, /readyz and /metrics need no token.
+
+**Binding.** Path parameters and the query string fill the request's fields of the same json names; a JSON body (at most 1 MiB, Content-Type application/json) fills the rest. Unknown body fields and unknown query parameters are refused with 400. Raw bodies (file.write, file.upload) are capped by the server's max file bytes (64 MiB by default). Requests are limited to 5 minutes, except process.exec, process.wait and process.output.
+
+**Errors.** Every error is an Error object (code, message, errno for file_error) with the HTTP status of its code. An error after a stream has begun arrives as its last event (type error).
+
+**JSON-RPC 2.0 over stdio** (` + "`moat serve --stdio`" + `): one JSON value per line in each direction, no token (the caller is the local user). The method is the operationId (x-jsonrpc.method), the params are the request body with the path fields included (x-jsonrpc.params: e.g. {"sandbox": "…", "process": 3}), and the result is the answer (x-jsonrpc.result). Raw bodies travel base64-encoded in a "content" field: file.write and file.upload take a WriteFile, file.read and file.download return a FileContent. Stream events (process.exec with stream=true, process.output) arrive before the response as notifications {"jsonrpc": "2.0", "method": "process.event", "params": {"id": <request id>, "event": Event}}. A failed call is a JSON-RPC error with code -32602 for invalid_argument and -32000 for every other error, its data the Error object; -32700, -32600 and -32601 keep their standard meanings. Requests run concurrently and may be answered out of order; batches are accepted. The notification {"jsonrpc": "2.0", "method": "` + RPCCancel + `", "params": {"id": <request id>}} cancels a request in flight (a cancelled process.exec kills its process).`
