@@ -3,10 +3,14 @@
 #
 #   bash bench/run.sh [startup flags...]     e.g. --rounds 50 --warmup 5
 #   make bench
+#   CONTROLPLANE_ARGS="--iterations 20 --soak 10s" bash bench/run.sh
+#   CONTROLPLANE_ARGS=skip bash bench/run.sh     # without the control plane
 #
 # Installs the peers it needs from Debian when missing, builds moat from
 # this checkout, runs bench/startup (results in bench/results/) and prints
-# the markdown report. Run it as root: moat's runtime needs root, and so
+# the markdown report, then bench/syscall and bench/controlplane (the
+# daemon: time to interactive, exec round trip, soak; its flags come from
+# $CONTROLPLANE_ARGS). Run it as root: moat's runtime needs root, and so
 # does apt-get. Exits non-zero when a system had a failed run.
 set -euo pipefail
 
@@ -70,6 +74,15 @@ rm -f bench/results/syscall.json bench/results/syscall.md
 CGO_ENABLED=0 go run ./bench/syscall --moat bin/moat \
 	--json bench/results/syscall.json \
 	--markdown bench/results/syscall.md || status=$?
+
+if [[ ${CONTROLPLANE_ARGS:-} != skip ]]; then
+	log "running bench/controlplane ${CONTROLPLANE_ARGS:-} (moat serve: time to interactive, exec round trip, soak)"
+	rm -f bench/results/controlplane.json bench/results/controlplane.md
+	# shellcheck disable=SC2086 # CONTROLPLANE_ARGS is a list of flags
+	CGO_ENABLED=0 go run ./bench/controlplane --moat bin/moat \
+		--json bench/results/controlplane.json \
+		--markdown bench/results/controlplane.md ${CONTROLPLANE_ARGS:-} || status=$?
+fi
 if ((status != 0)); then
 	log "benchmark failed (exit $status); see above"
 fi

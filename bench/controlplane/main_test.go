@@ -1,0 +1,99 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestParseListening(t *testing.T) {
+	line := `time=2026-11-21T19:11:59.375Z level=INFO msg=listening url=http://127.0.0.1:45593 token_file=/tmp/d/token data=/tmp/d`
+	if got, ok := parseListening(line); !ok || got != "http://127.0.0.1:45593" {
+		t.Errorf("parseListening = %q, %v", got, ok)
+	}
+	if _, ok := parseListening(`level=INFO msg=listening url=unix:/run/moat.sock`); ok {
+		t.Error("a unix socket url was taken for http")
+	}
+}
+
+func TestParseSummaries(t *testing.T) {
+	text := strings.Join([]string{
+		`moat_call_duration_seconds_sum{op="process.exec"} 12.5`,
+		`moat_call_duration_seconds{op="process.exec",quantile="0.5"} 0.002`,
+		`moat_call_duration_seconds{op="process.exec",quantile="0.99"} 0.01`,
+		`moat_calls_total{op="process.exec",code="ok"} 10`,
+	}, "\n")
+	got := parseSummaries(text, "moat_call_duration_seconds")
+	if len(got) != 1 || got["process.exec"]["0.5"] != 2 || got["process.exec"]["0.99"] != 10 {
+		t.Errorf("parseSummaries = %v", got)
+	}
+}
+
+func TestFinishRatiosAndGoals(t *testing.T) {
+	rep := &report{
+		TTI: []row{
+			{Name: "moat API", Mode: "sequential", Kind: kindAPI, SamplesMs: []float64{8, 8, 8}},
+			{Name: "run", Mode: "sequential", Kind: kindRun, SamplesMs: []float64{4, 4}},
+			{Name: "bwrap", Mode: "sequential", Kind: kindBwrap, SamplesMs: []float64{2}},
+			{Name: "moat API", Mode: "bursts of 10", Kind: kindAPI, SamplesMs: []float64{30}},
+			{Name: "bwrap", Mode: "bursts of 10", Kind: kindBwrap, SamplesMs: []float64{10}},
+		},
+		Exec: &row{Name: "exec", SamplesMs: []float64{2, 4}},
+	}
+	finish(rep)
+	api := rep.TTI[0]
+	if api.RatioToBwrap == nil || *api.RatioToBwrap != 4 || api.RatioToMoatRun == nil || *api.RatioToMoatRun != 2 {
+		t.Errorf("sequential ratios %v %v", api.RatioToBwrap, api.RatioToMoatRun)
+	}
+	burst := rep.TTI[3]
+	if burst.RatioToBwrap == nil || *burst.RatioToBwrap != 3 || burst.RatioToMoatRun != nil {
+		t.Errorf("burst ratios %v %v (want 3 and none: no moat run burst row)", burst.RatioToBwrap, burst.RatioToMoatRun)
+	}
+	if len(rep.Goals) != 3 || !*rep.Goals[0].Met || *rep.Goals[1].Met || *rep.Goals[2].Met {
+		t.Errorf("goals %+v", rep.Goals)
+	}
+	if rep.Failed {
+		t.Error("failed without a failure")
+	}
+	rep.TTI[1].Failed = 1
+	finish(rep)
+	if !rep.Failed {
+		t.Error("a failed sample did not fail the run")
+	}
+	md := markdown(rep)
+	for _, want := range []string{"| sequential | **moat API** | 3 | 8.000 |", "4.00×", "**FAILED**"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+func TestMarkdownEmptyReport(t *testing.T) {
+	rep := &report{Errors: []string{"starting the daemon: no"}}
+	finish(rep)
+	if md := markdown(rep); !strings.Contains(md, "starting the daemon: no") {
+		t.Errorf("markdown:\n%s", md)
+	}
+}
+
+func TestDescendants(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Skip(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	if got := descendants(os.Getpid()); !slices.Contains(got, cmd.Process.Pid) {
+		t.Errorf("descendants(self) = %v, lacks %d", got, cmd.Process.Pid)
+	}
+	if m := snapshot(os.Getpid(), "t", 0, true); m.DaemonRSSKB <= 0 || m.SandboxProcs < 1 || m.SandboxPSSKB == nil {
+		t.Errorf("snapshot = %+v", m)
+	}
+}
+
+func TestShellQuote(t *testing.T) {
+	if got := shellQuote([]string{"go", "run", "--soak", "5s", "it's"}); got != `go run --soak 5s 'it'\''s'` {
+		t.Errorf("shellQuote = %s", got)
+	}
+}
