@@ -74,8 +74,8 @@ func (c *Conn) Send(m *Message, fds ...int) error {
 // caller then owns (they are close-on-exec). It returns io.EOF when the
 // peer has closed.
 func (c *Conn) Recv() (*Message, []int, error) {
-	if c.buf == nil {
-		c.buf = make([]byte, MaxMessage+1)
+	if c.oob == nil {
+		c.buf = make([]byte, recvBuf)
 		c.oob = make([]byte, unix.CmsgSpace(MaxFDs*4))
 	}
 	rc, err := c.f.SyscallConn()
@@ -85,7 +85,23 @@ func (c *Conn) Recv() (*Message, []int, error) {
 	var n, oobn, flags int
 	var rerr error
 	err = rc.Read(func(fd uintptr) bool {
-		n, oobn, flags, _, rerr = unix.Recvmsg(int(fd), c.buf, c.oob, unix.MSG_CMSG_CLOEXEC)
+		// Peek at the packet's length (MSG_TRUNC returns the real one;
+		// no control buffer, so no descriptor is installed), so that a
+		// connection keeps a small buffer and only a large message
+		// needs a large one.
+		var size int
+		size, _, _, _, rerr = unix.Recvmsg(int(fd), nil, nil, unix.MSG_PEEK|unix.MSG_TRUNC)
+		if rerr != nil {
+			return rerr != unix.EAGAIN
+		}
+		buf := c.buf
+		if size >= len(buf) && size <= MaxMessage {
+			buf = make([]byte, size+1)
+		}
+		n, oobn, flags, _, rerr = unix.Recvmsg(int(fd), buf, c.oob, unix.MSG_CMSG_CLOEXEC)
+		if rerr == nil && n > 0 {
+			c.last = buf[:n]
+		}
 		return rerr != unix.EAGAIN
 	})
 	if err != nil {
@@ -110,7 +126,9 @@ func (c *Conn) Recv() (*Message, []int, error) {
 		return nil, nil, io.EOF
 	}
 	m := new(Message)
-	if err := json.Unmarshal(c.buf[:n], m); err != nil {
+	data := c.last
+	c.last = nil
+	if err := json.Unmarshal(data, m); err != nil {
 		closeAll(fds)
 		return nil, nil, fmt.Errorf("decode message: %w", err)
 	}
@@ -136,6 +154,10 @@ func parseRights(oob []byte) ([]int, error) {
 	}
 	return fds, nil
 }
+
+// recvBuf is the buffer a connection keeps for messages; larger ones (up
+// to MaxMessage) get a buffer of their own.
+const recvBuf = 64 << 10
 
 // closeAll closes every descriptor in fds.
 func closeAll(fds []int) {

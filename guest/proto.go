@@ -209,9 +209,10 @@ var ErrTooLarge = errors.New("protocol message too large")
 
 // Conn is one end of the host↔agent socket.
 type Conn struct {
-	f   *os.File
-	buf []byte
-	oob []byte
+	f    *os.File
+	buf  []byte
+	oob  []byte
+	last []byte // the message just received
 }
 
 // NewConn wraps a connected SOCK_SEQPACKET socket.

@@ -27,17 +27,43 @@ func startChild(argv0 string, argv []string, files []*os.File, sys *syscall.SysP
 		return nil, err
 	}
 	c := &child{pid: pid, exited: make(chan struct{})}
-	go func() {
+	go c.reap()
+	return c, nil
+}
+
+// reap waits for the child to exit and reaps it. It waits on a pidfd in
+// Go's poller, so that a daemon holding many sandboxes does not keep one
+// OS thread blocked in wait4 per init; without pidfds it blocks in wait4.
+func (c *child) reap() {
+	defer close(c.exited)
+	reaped := func() bool {
+		var ws unix.WaitStatus
 		for {
-			var ws unix.WaitStatus
-			_, err := unix.Wait4(pid, &ws, 0, nil)
-			if err != unix.EINTR {
-				break
+			wpid, err := unix.Wait4(c.pid, &ws, unix.WNOHANG, nil)
+			if err == unix.EINTR {
+				continue
+			}
+			// ECHILD cannot happen while we are its only reaper; treat
+			// it as the end rather than wait forever.
+			return wpid == c.pid || err != nil
+		}
+	}
+	if fd, err := unix.PidfdOpen(c.pid, unix.PIDFD_NONBLOCK); err == nil {
+		f := os.NewFile(uintptr(fd), "pidfd")
+		defer f.Close()
+		if rc, err := f.SyscallConn(); err == nil {
+			// The pidfd turns readable when the child exits.
+			if err := rc.Read(func(uintptr) bool { return reaped() }); err == nil {
+				return
 			}
 		}
-		close(c.exited)
-	}()
-	return c, nil
+	}
+	for {
+		var ws unix.WaitStatus
+		if _, err := unix.Wait4(c.pid, &ws, 0, nil); err != unix.EINTR {
+			return
+		}
+	}
 }
 
 // kill sends SIGKILL unless the child has been reaped (its pid could be
