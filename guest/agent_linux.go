@@ -2,6 +2,7 @@ package guest
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/signal"
@@ -21,6 +22,9 @@ type Agent struct {
 	conn  *Conn
 	setup *Setup
 
+	// homeFD is the sandbox pids cgroup's "tasks" file, or -1.
+	homeFD int
+
 	mu    sync.Mutex // guards procs; held across fork+register+started
 	procs map[int]uint64
 	ids   map[uint64]int
@@ -30,8 +34,12 @@ type Agent struct {
 
 // NewAgent returns an agent for a sandbox built from s.
 func NewAgent(conn *Conn, s *Setup) *Agent {
-	return &Agent{conn: conn, setup: s, procs: map[int]uint64{}, ids: map[uint64]int{}, done: make(chan struct{})}
+	return &Agent{conn: conn, setup: s, procs: map[int]uint64{}, ids: map[uint64]int{}, done: make(chan struct{}), homeFD: -1}
 }
+
+// SetCallCgroupHome gives the agent the "tasks" file of the sandbox's own
+// pids cgroup (see Setup.CallCgroups); the agent owns fd afterwards.
+func (a *Agent) SetCallCgroupHome(fd int) { a.homeFD = fd }
 
 // Serve handles host messages until the host closes the connection, or,
 // for a one-shot sandbox, until its process has exited. When Serve
@@ -99,8 +107,23 @@ func (a *Agent) start(id uint64, e *Exec, fds []int) {
 		fail("exec", 125, errors.New("no command"))
 		return
 	}
-	if !e.TTY && len(fds) != 3 {
-		fail("exec", 125, errors.New("stdio descriptors missing"))
+	callFD := -1
+	if e.CallCgroup {
+		if len(fds) == 0 || a.homeFD < 0 {
+			fail("exec", 125, errors.New("call cgroup descriptor missing"))
+			return
+		}
+		callFD = fds[len(fds)-1]
+	}
+	want := 3 // stdin, stdout, stderr
+	if e.TTY {
+		want = 0 // the agent makes a pty
+	}
+	if e.CallCgroup {
+		want++
+	}
+	if len(fds) != want {
+		fail("exec", 125, fmt.Errorf("%d descriptors, want %d", len(fds), want))
 		return
 	}
 	cwdFD, err := openCwd(e.Cwd)
@@ -162,7 +185,7 @@ func (a *Agent) start(id uint64, e *Exec, fds []int) {
 		fail("cwd", 125, err)
 		return
 	}
-	pid, err := syscall.ForkExec(path, e.Args, attr)
+	pid, err := a.forkIn(callFD, path, e.Args, attr)
 	if cerr := unix.Chdir("/"); cerr != nil && err == nil {
 		err = cerr
 	}
@@ -182,6 +205,28 @@ func (a *Agent) start(id uint64, e *Exec, fds []int) {
 		return
 	}
 	_ = a.conn.Send(started)
+}
+
+// forkIn starts a process, in the call's cgroup when callFD is a "tasks"
+// file: this thread (the one every process is forked from) moves itself
+// there, forks, and moves back home. Moving one thread through "tasks"
+// takes no global lock. If it cannot move back, the agent exits: a
+// forking thread left in a call's cgroup would be killed with that call.
+//
+// Preconditions: on the locked thread that forks, a.mu held.
+func (a *Agent) forkIn(callFD int, path string, args []string, attr *syscall.ProcAttr) (int, error) {
+	if callFD < 0 {
+		return syscall.ForkExec(path, args, attr)
+	}
+	if _, err := unix.Write(callFD, []byte("0")); err != nil {
+		return 0, fmt.Errorf("join the call's cgroup: %w", err)
+	}
+	pid, err := syscall.ForkExec(path, args, attr)
+	if _, herr := unix.Write(a.homeFD, []byte("0")); herr != nil {
+		fmt.Fprintln(os.Stderr, "moat init: cannot leave a call's cgroup:", herr)
+		os.Exit(1)
+	}
+	return pid, err
 }
 
 // openCwd opens a process's working directory beneath the sandbox root,

@@ -84,6 +84,11 @@ type Setup struct {
 	// cgroup v1 "tasks" files the init's main thread writes "0" to, to
 	// move itself into the sandbox's cgroup.
 	CgroupJoinFDs int `json:"cgroup_join_fds,omitempty"`
+	// CallCgroups: the last cgroup join descriptor (the pids hierarchy's
+	// "tasks") is kept by the agent, which moves its forking thread back
+	// there after starting each process in the cgroup of its call
+	// (Exec.CallCgroup).
+	CallCgroups bool `json:"call_cgroups,omitempty"`
 	// MemoryWorkspace mounts a tmpfs at /workspace owned by the sandbox user.
 	MemoryWorkspace bool `json:"memory_workspace,omitempty"`
 	// EtcLayer is the host directory stacked over the host's /etc
@@ -120,6 +125,11 @@ type Exec struct {
 	// process, in order; the host has already put NAME_FILE=/dev/fd/N in
 	// Env.
 	Secrets []SecretFile `json:"secrets,omitempty"`
+	// CallCgroup: the last descriptor is the "tasks" file of a cgroup
+	// made for this call alone (pids hierarchy). The process starts in it,
+	// so that the host can kill the call's whole tree, descendants that
+	// left its session included.
+	CallCgroup bool `json:"call_cgroup,omitempty"`
 }
 
 // SecretFile is one secret's value for a process.

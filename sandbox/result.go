@@ -84,6 +84,10 @@ type Enforcement struct {
 	PivotRoot    bool   `json:"pivot_root"`
 	ReadOnlyRoot bool   `json:"read_only_root"`
 	MaskedProc   bool   `json:"masked_proc"`
+	// CallTree says what a call's timeout or cancel kills in this
+	// sandbox: the whole sandbox (one-shot), the call's cgroup (every
+	// descendant), or its process group only.
+	CallTree string `json:"call_tree,omitempty"`
 }
 
 // Sentinel errors that callers branch on.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -422,14 +423,21 @@ func sandboxOf(t *testing.T, moatPid int) (int, []int) {
 		for _, l := range strings.Split(string(cg), "\n") {
 			if rest, ok := strings.CutPrefix(l, ""); ok && strings.Contains(rest, ":pids:/moat/") {
 				slot, _ := strconv.Atoi(rest[strings.LastIndexByte(rest, '/')+1:])
-				procs, err := os.ReadFile(fmt.Sprintf("/sys/fs/cgroup/pids/moat/%d/cgroup.procs", slot))
+				// The sandbox's processes, its calls' cgroups included.
+				var pids []int
+				err := filepath.WalkDir(fmt.Sprintf("/sys/fs/cgroup/pids/moat/%d", slot), func(p string, d fs.DirEntry, err error) error {
+					if err != nil || d.Name() != "cgroup.procs" {
+						return err
+					}
+					procs, err := os.ReadFile(p)
+					for _, f := range strings.Fields(string(procs)) {
+						n, _ := strconv.Atoi(f)
+						pids = append(pids, n)
+					}
+					return err
+				})
 				if err != nil {
 					t.Fatal(err)
-				}
-				var pids []int
-				for _, f := range strings.Fields(string(procs)) {
-					p, _ := strconv.Atoi(f)
-					pids = append(pids, p)
 				}
 				return slot, pids
 			}

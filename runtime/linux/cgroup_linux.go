@@ -91,19 +91,24 @@ type sandboxCgroup struct {
 	mgr   cgroups.Manager
 	paths map[string]string
 	once  sync.Once
+
+	mu        sync.Mutex
+	keptCalls []*callCgroup // call cgroups still holding processes
 }
 
 // newCgroup creates the cgroup of slot with lim's limits. A directory left
 // by a crashed moat that held the same slot is reclaimed first (the slot's
 // lease proves nobody else owns it). With no memory, CPU or pids limit it
 // creates nothing and returns nil (a nil *sandboxCgroup is valid: its
-// methods do nothing and usage falls back to getrusage).
-func newCgroup(l *cgroupLayout, slot int, lim sandbox.Limits) (*sandboxCgroup, error) {
+// methods do nothing and usage falls back to getrusage). With always set
+// (a long-lived sandbox, whose calls get cgroups of their own) it creates
+// the cgroup even without limits.
+func newCgroup(l *cgroupLayout, slot int, lim sandbox.Limits, always bool) (*sandboxCgroup, error) {
 	paths := l.paths(slot)
 	if err := reclaimCgroup(paths); err != nil {
 		return nil, err
 	}
-	if lim.MemoryBytes == 0 && lim.CPUs == 0 && lim.Pids == 0 {
+	if lim.MemoryBytes == 0 && lim.CPUs == 0 && lim.Pids == 0 && (!always || l.err != nil) {
 		return nil, nil
 	}
 	if l.err != nil {

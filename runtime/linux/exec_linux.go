@@ -54,6 +54,8 @@ type call struct {
 	pty      *os.File
 	firstOut atomic.Int64 // ns since start of the first output byte
 
+	cc *callCgroup // the call's own cgroup (long-lived sandboxes), or nil
+
 	timedOut, cancelled bool
 	exit                *guest.Exit
 	execErr             *guest.ErrInfo
@@ -123,10 +125,20 @@ func (s *linuxSandbox) launch(p *sandbox.Process, start time.Time) (*call, error
 	}
 	if !s.oneShot {
 		c.oomBefore = s.cg.oomKills()
+		if s.cg.callCgroupsOK() {
+			if c.cc, err = s.cg.newCall(c.id); err != nil {
+				s.unregister(c.id)
+				return c, &sandbox.SetupError{Stage: "call cgroup", Err: err}
+			}
+			ex.CallCgroup = true
+		}
 	}
-	if err := c.send(ex); err != nil {
+	err = c.send(ex)
+	c.cc.closeFD()
+	if err != nil {
 		s.unregister(c.id)
 		c.closeStreams()
+		s.cg.releaseCall(c.cc)
 		return c, err
 	}
 	return c, nil
@@ -145,10 +157,19 @@ func (c *call) run(ctx context.Context) {
 	if err := c.wait(ctx); err != nil {
 		c.closeStreams()
 		c.res, c.err = c.setupFail(err)
+		c.s.cg.releaseCall(c.cc)
 		return
+	}
+	if c.timedOut || c.cancelled {
+		// The process may have ended at SIGTERM; what it left running
+		// (descendants in other sessions too) goes with it.
+		if err := c.cc.kill(c.s.proc.pid); err != nil {
+			c.s.r.log.Warn("killing a call's tree", "sandbox", c.s.id, "err", err)
+		}
 	}
 	c.drain()
 	c.res, c.err = c.result()
+	c.s.cg.releaseCall(c.cc)
 }
 
 func (c *call) markStarted() { c.startOnce.Do(func() { close(c.started) }) }
@@ -261,8 +282,12 @@ func (c *call) newStream(r *os.File, w io.Writer, name string) (*stream, error) 
 // send creates the stdio pipes and hands the request to the agent.
 func (c *call) send(ex *guest.Exec) error {
 	msg := &guest.Message{Type: guest.MsgExec, ID: c.id, Exec: ex}
+	var callFDs []int
+	if c.cc != nil {
+		callFDs = []int{c.cc.fd}
+	}
 	if c.p.TTY {
-		if err := c.s.conn.Send(msg); err != nil {
+		if err := c.s.conn.Send(msg, callFDs...); err != nil {
 			return c.s.sendFailure(err)
 		}
 		return nil
@@ -293,7 +318,7 @@ func (c *call) send(ex *guest.Exec) error {
 			return err
 		}
 	}
-	if err := c.s.conn.Send(msg, int(stdinR.Fd()), int(childEnds[0].Fd()), int(childEnds[1].Fd())); err != nil {
+	if err := c.s.conn.Send(msg, append([]int{int(stdinR.Fd()), int(childEnds[0].Fd()), int(childEnds[1].Fd())}, callFDs...)...); err != nil {
 		return c.s.sendFailure(err)
 	}
 	for _, st := range c.streams {
@@ -361,6 +386,8 @@ func (c *call) wait(ctx context.Context) error {
 			s.signal(c.id, int(unix.SIGKILL))
 			if s.oneShot {
 				s.kill()
+			} else if err := c.cc.kill(s.proc.pid); err != nil {
+				s.r.log.Warn("killing a call's tree", "sandbox", s.id, "err", err)
 			}
 		}
 	}

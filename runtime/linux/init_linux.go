@@ -48,7 +48,7 @@ func Init() {
 		fmt.Fprintln(os.Stderr, "moat init:", err)
 		os.Exit(1)
 	}
-	s, err := initSandbox(conn)
+	s, homeFD, err := initSandbox(conn)
 	if err != nil {
 		info := &guest.ErrInfo{Stage: "setup", Message: err.Error(), Code: 125}
 		var se *stageError
@@ -58,7 +58,11 @@ func Init() {
 		_ = conn.Send(&guest.Message{Type: guest.MsgError, Error: info})
 		os.Exit(1)
 	}
-	if err := guest.NewAgent(conn, s).Serve(); err != nil {
+	agent := guest.NewAgent(conn, s)
+	if homeFD >= 0 {
+		agent.SetCallCgroupHome(homeFD)
+	}
+	if err := agent.Serve(); err != nil {
 		fmt.Fprintln(os.Stderr, "moat init:", err)
 		os.Exit(1)
 	}
@@ -66,61 +70,68 @@ func Init() {
 }
 
 // initSandbox receives the setup message, builds the root and hardens the
-// init; it returns the setup the agent then serves.
-func initSandbox(conn *guest.Conn) (*guest.Setup, error) {
+// init; it returns the setup the agent then serves and, with call cgroups,
+// the pids cgroup's "tasks" file the agent moves back to (else -1).
+func initSandbox(conn *guest.Conn) (*guest.Setup, int, error) {
 	var phases []guest.Phase
 	mark := func(name string) { phases = append(phases, guest.Phase{Name: name, At: time.Now().UnixMicro()}) }
 	mark("init started")
 	m, fds, err := conn.Recv()
 	if err != nil {
-		return nil, stageErr("receive setup", err)
+		return nil, -1, stageErr("receive setup", err)
 	}
 	if m.Type != guest.MsgSetup || m.Setup == nil {
 		closeFDs(fds)
-		return nil, stageErr("receive setup", fmt.Errorf("unexpected message %q", m.Type))
+		return nil, -1, stageErr("receive setup", fmt.Errorf("unexpected message %q", m.Type))
 	}
 	s := m.Setup
 	if s.CgroupJoinFDs < 0 || len(fds) != len(s.Mounts)+s.CgroupJoinFDs {
 		closeFDs(fds)
-		return nil, stageErr("receive setup", fmt.Errorf("%d descriptors for %d mounts and %d cgroup files", len(fds), len(s.Mounts), s.CgroupJoinFDs))
+		return nil, -1, stageErr("receive setup", fmt.Errorf("%d descriptors for %d mounts and %d cgroup files", len(fds), len(s.Mounts), s.CgroupJoinFDs))
 	}
 	cgFDs := fds[len(s.Mounts):]
 	fds = fds[:len(s.Mounts)]
-	err = joinSelf(cgFDs)
+	homeFD := -1
+	if s.CallCgroups && len(cgFDs) > 0 {
+		homeFD, err = unix.FcntlInt(uintptr(cgFDs[len(cgFDs)-1]), unix.F_DUPFD_CLOEXEC, 3)
+	}
+	if err == nil {
+		err = joinSelf(cgFDs)
+	}
 	closeFDs(cgFDs)
 	if err != nil {
 		closeFDs(fds)
-		return nil, stageErr("join cgroup", err)
+		return nil, -1, stageErr("join cgroup", err)
 	}
 	// This thread is in the sandbox's cgroup now (on v2 the host moved
 	// the whole init before sending setup): a cgroup namespace made now
 	// is rooted there.
 	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
 		closeFDs(fds)
-		return nil, stageErr("cgroup namespace", err)
+		return nil, -1, stageErr("cgroup namespace", err)
 	}
 	// Descriptors other than stdio and the control socket must not reach
 	// anything the sandbox runs (CVE-2024-21626 leaked a host directory fd
 	// as a usable cwd); everything above stdio becomes close-on-exec.
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		closeFDs(fds)
-		return nil, stageErr("close-on-exec", err)
+		return nil, -1, stageErr("close-on-exec", err)
 	}
 	mark("setup received")
 	err = buildRoot(s, fds)
 	closeFDs(fds)
 	mark("root built")
 	if err != nil {
-		return nil, err
+		return nil, -1, err
 	}
 	if err := checkCwdInRoot(); err != nil {
-		return nil, err
+		return nil, -1, err
 	}
 	if err := harden(s, s.Mounts, s.LandlockABI); err != nil {
-		return nil, err
+		return nil, -1, err
 	}
 	mark("hardened")
-	return s, conn.Send(&guest.Message{Type: guest.MsgReady, Phases: phases})
+	return s, homeFD, conn.Send(&guest.Message{Type: guest.MsgReady, Phases: phases})
 }
 
 // checkCwdInRoot verifies that the init's working directory is inside the

@@ -299,7 +299,7 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	// thread what does not depend on it: the cgroup, the seccomp program
 	// and the /etc layer.
 	preps := make(chan *prepared, 1)
-	go func() { preps <- r.prepare(layout, slot.slot, limits, hostname) }()
+	go func() { preps <- r.prepare(layout, slot.slot, limits, hostname, !oneShot) }()
 	var prep *prepared
 	defer func() {
 		if prep == nil {
@@ -362,6 +362,7 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 		fds[i] = t.fd
 	}
 	setup.CgroupJoinFDs = len(prep.cgFDs)
+	setup.CallCgroups = !oneShot && cg.callCgroupsOK()
 	fds = append(fds, prep.cgFDs...)
 	if err := sb.conn.Send(&guest.Message{Type: guest.MsgSetup, Setup: setup}, fds...); err != nil {
 		return nil, &sandbox.SetupError{Stage: "send setup", Err: err}
@@ -372,6 +373,14 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 		sb.enforcement.Cgroup = layout.describe()
 	}
 	sb.enforcement.UIDRange = fmt.Sprintf("0:%d:%d", base, uidsPer)
+	switch {
+	case oneShot:
+		sb.enforcement.CallTree = "sandbox (a one-shot sandbox ends with its call)"
+	case setup.CallCgroups:
+		sb.enforcement.CallTree = "cgroup per call (v1 pids): a timeout or cancel kills the call's whole tree"
+	default:
+		sb.enforcement.CallTree = "process group: a timeout or cancel kills the call's process group; descendants that left it live until the sandbox ends"
+	}
 	sb.enforcement.WorkspaceIDMap = "idmapped"
 	if spec.Workspace == "" {
 		sb.enforcement.WorkspaceIDMap = "owned (in-memory workspace)"
@@ -407,10 +416,10 @@ type prepared struct {
 // prepare creates the sandbox's cgroup (and, on v1, opens the files the
 // init joins it through), assembles the seccomp program and finds or
 // builds the /etc layer. On error it undoes what it did.
-func (r *Runtime) prepare(layout *cgroupLayout, slot int, limits sandbox.Limits, hostname string) *prepared {
+func (r *Runtime) prepare(layout *cgroupLayout, slot int, limits sandbox.Limits, hostname string, longLived bool) *prepared {
 	p := &prepared{}
 	var err error
-	if p.cg, err = newCgroup(layout, slot, limits); err != nil {
+	if p.cg, err = newCgroup(layout, slot, limits, longLived); err != nil {
 		p.err = &sandbox.SetupError{Stage: "cgroup", Err: err}
 		return p
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -211,5 +212,54 @@ func TestReclaim(t *testing.T) {
 		if _, err := os.Stat(p); err != nil {
 			t.Fatalf("live sandbox's cgroup %s removed: %v", p, err)
 		}
+	}
+}
+
+// TestCallTimeoutKillsWholeTree: in a long-lived sandbox a call that times
+// out takes a daemonised grandchild (setsid: another session and process
+// group) with it. Control: the same grandchild of a call that ends
+// normally lives on, and the kill of one call spares it.
+func TestCallTimeoutKillsWholeTree(t *testing.T) {
+	r := newTestRuntime(t)
+	ctx := context.Background()
+	sb, err := r.Create(ctx, &sandbox.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Shutdown(ctx)
+	if ct := sb.(*linuxSandbox).enforcement.CallTree; !strings.HasPrefix(ct, "cgroup per call") {
+		testutil.SkipOrFail(t, "no call cgroups here: "+ct)
+	}
+	daemonise := "setsid sleep %d > /dev/null 2>&1 < /dev/null & echo $!"
+	run := func(p *sandbox.Process) *sandbox.Result {
+		t.Helper()
+		res, err := sb.Exec(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	// state is the process's state letter inside the sandbox ("" gone).
+	state := func(pid string) string {
+		t.Helper()
+		res := run(&sandbox.Process{Args: []string{"sh", "-c", "cut -d' ' -f3 /proc/" + pid + "/stat 2>/dev/null; true"}})
+		return strings.TrimSpace(res.Stdout)
+	}
+	alive := func(s string) bool { return s != "" && s != "Z" }
+
+	res := run(&sandbox.Process{Args: []string{"sh", "-c", fmt.Sprintf(daemonise, 1000)}})
+	kept := strings.TrimSpace(res.Stdout)
+	if res.ExitCode != 0 || !alive(state(kept)) {
+		t.Fatalf("control: the daemonised child of a normal call is gone: %+v", res)
+	}
+	res = run(&sandbox.Process{Args: []string{"sh", "-c", fmt.Sprintf(daemonise, 1001) + "; exec sleep 1002"}, Timeout: 200 * time.Millisecond})
+	if res.ExitCode != sandbox.ExitTimeout {
+		t.Fatalf("timed-out call: %+v", res)
+	}
+	if killed := strings.TrimSpace(res.Stdout); alive(state(killed)) {
+		t.Fatalf("the daemonised child %s of a timed-out call survived", killed)
+	}
+	if !alive(state(kept)) {
+		t.Fatal("the kill of one call's tree reached another call's process")
 	}
 }
