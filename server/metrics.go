@@ -52,6 +52,11 @@ func (m *metrics) denied(reason string) {
 	m.set.GetOrCreateCounter(fmt.Sprintf(`moat_denials_total{reason=%q}`, reason)).Inc()
 }
 
+// slow counts store and audit writes slower than slowOp.
+func (m *metrics) slow(what string) {
+	m.set.GetOrCreateCounter(fmt.Sprintf(`moat_slow_writes_total{what=%q}`, what)).Inc()
+}
+
 // ended counts sandboxes that ended, by reason.
 func (m *metrics) ended(reason string) {
 	m.set.GetOrCreateCounter(fmt.Sprintf(`moat_sandboxes_ended_total{reason=%q}`, reason)).Inc()

@@ -118,6 +118,7 @@ func resultSummary(r *sandbox.Result) map[string]any {
 
 // newCall records the start of a call in the store.
 func (s *Service) newCall(ctx context.Context, c Caller, m *managed, id, kind string, args []string) error {
+	defer s.slow("store put call", time.Now())
 	return s.cfg.Store.PutCall(ctx, &store.Call{ID: id, Sandbox: m.info.ID, Tenant: c.Tenant, Kind: kind, Args: args, StartedAt: time.Now()})
 }
 
@@ -133,7 +134,10 @@ func (s *Service) finishCall(c Caller, m *managed, id, kind string, req *api.Exe
 	if err != nil {
 		ev.Error = err.Error()
 	}
-	if serr := s.cfg.Store.FinishCall(context.Background(), id, time.Now(), code, reason, mustJSON(res)); serr != nil {
+	t0 := time.Now()
+	serr := s.cfg.Store.FinishCall(context.Background(), id, t0, code, reason, mustJSON(res))
+	s.slow("store finish call", t0)
+	if serr != nil {
 		s.log.Error("recording the end of a call", "call", id, "err", serr)
 	}
 	s.record(ev)

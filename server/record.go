@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/moat-sandbox/moat/api"
 	"github.com/moat-sandbox/moat/audit"
@@ -43,9 +44,22 @@ func (s *Service) handlers() map[string]handler {
 // record appends an audit event. A tape that fails is logged loudly and
 // counted; the call it describes has already happened.
 func (s *Service) record(e audit.Event) {
+	defer s.slow("audit append", time.Now())
 	if _, err := s.cfg.Tape.Append(e); err != nil {
 		s.metrics.auditErrors.Inc()
 		s.log.Error("audit append failed", "kind", e.Kind, "sandbox", e.Sandbox, "err", err)
+	}
+}
+
+// slowOp is how long a store or audit write may take before it is logged.
+const slowOp = 250 * time.Millisecond
+
+// slow logs what took longer than slowOp since start (a disk stall shows
+// up in every call's latency; this says where).
+func (s *Service) slow(what string, start time.Time) {
+	if d := time.Since(start); d > slowOp {
+		s.metrics.slow(what)
+		s.log.Warn("slow write", "what", what, "took", d.String())
 	}
 }
 

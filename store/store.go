@@ -29,7 +29,9 @@
 // connection (so writers from many goroutines queue in Go instead of failing
 // with SQLITE_BUSY) and reads through a small pool of read-only connections,
 // which WAL lets run while a write is in progress. busy_timeout=5000 covers
-// another process holding the database.
+// another process holding the database. Call writes, the hot path of a busy
+// daemon, are group-committed: those that queue while a commit runs share
+// the next transaction and its fsync (batch.go).
 //
 // # Schema versioning
 //
@@ -145,6 +147,10 @@ type Store struct {
 	st        stmts
 	closeOnce sync.Once
 	closeErr  error
+
+	batch     chan *batchOp // group-committed writes (batch.go)
+	stopBatch chan struct{}
+	batchDone chan struct{}
 }
 
 // Open opens the database at path, creating it with mode 0600 if it does not
@@ -205,6 +211,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		s.w.Close()
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
+	s.startBatcher()
 	return s, nil
 }
 
@@ -269,6 +276,8 @@ func (s *Store) setup(ctx context.Context) error {
 // Calling Close again returns the first result.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		close(s.stopBatch)
+		<-s.batchDone
 		s.st.close()
 		errR := s.r.Close()
 		// Let SQLite refresh its planner statistics (cheap, and a no-op
@@ -646,31 +655,33 @@ func (s *Store) putCall(ctx context.Context, c *Call) error {
 	// The common case is a new call: a plain INSERT, the cheapest statement
 	// (this driver parses every statement on every run). The foreign key
 	// (sandbox, tenant) refuses a sandbox that is not the tenant's.
-	_, err = s.st.insertCall.ExecContext(ctx, c.ID, c.Sandbox, c.Tenant, c.Kind, string(args),
-		started, ended, code, c.ExitReason, result)
-	switch sqliteCode(err) {
-	case 0:
+	return s.inBatch(ctx, func(tx *sql.Tx) error {
+		_, err := tx.Stmt(s.st.insertCall).Exec(c.ID, c.Sandbox, c.Tenant, c.Kind, string(args),
+			started, ended, code, c.ExitReason, result)
+		switch sqliteCode(err) {
+		case 0:
+			return nil
+		case sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY:
+			return fmt.Errorf("sandbox %q: %w", c.Sandbox, ErrNotFound)
+		case sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
+			// Replace the call, if it is this sandbox's.
+		default:
+			return err
+		}
+		res, err := tx.Stmt(s.st.replaceCall).Exec(c.Kind, string(args), started, ended, code,
+			c.ExitReason, result, c.ID, c.Sandbox, c.Tenant)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return errors.New("the id belongs to a call of another sandbox")
+		}
 		return nil
-	case sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY:
-		return fmt.Errorf("sandbox %q: %w", c.Sandbox, ErrNotFound)
-	case sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
-		// Replace the call, if it is this sandbox's.
-	default:
-		return err
-	}
-	res, err := s.st.replaceCall.ExecContext(ctx, c.Kind, string(args), started, ended, code,
-		c.ExitReason, result, c.ID, c.Sandbox, c.Tenant)
-	if err != nil {
-		return err
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return errors.New("the id belongs to a call of another sandbox")
-	}
-	return nil
+	})
 }
 
 // sqliteCode is the extended SQLite result code of err, 0 if err is nil,
@@ -708,18 +719,20 @@ func (s *Store) finishCall(ctx context.Context, id string, at time.Time, exitCod
 	if err != nil {
 		return err
 	}
-	r, err := s.st.finishCall.ExecContext(ctx, end, exitCode, reason, res, id)
-	if err != nil {
-		return err
-	}
-	n, err := r.RowsAffected()
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return ErrNotFound
-	}
-	return nil
+	return s.inBatch(ctx, func(tx *sql.Tx) error {
+		r, err := tx.Stmt(s.st.finishCall).Exec(end, exitCode, reason, res, id)
+		if err != nil {
+			return err
+		}
+		n, err := r.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return ErrNotFound
+		}
+		return nil
+	})
 }
 
 const callCols = `id, sandbox, tenant, kind, args, started_at, ended_at, exit_code, exit_reason, result`
