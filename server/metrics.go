@@ -1,68 +1,67 @@
 package server
 
 import (
-	"fmt"
 	"io"
 	"time"
 
-	vm "github.com/VictoriaMetrics/metrics"
-
 	"github.com/moat-sandbox/moat/api"
+	"github.com/moat-sandbox/moat/metrics"
 )
 
-// metrics are the Prometheus metrics of a Service, in a set of its own
-// (no global registry). VictoriaMetrics/metrics writes the Prometheus text
-// format; it was chosen over client_golang because every package linked
-// into moat runs its init in every sandbox's pid 1 too (the same binary),
-// and client_golang's init cost about 1.2 ms per start here (empty
-// binaries, hyperfine).
-type metrics struct {
-	set         *vm.Set
-	created     *vm.Counter
-	auditErrors *vm.Counter
+// serverMetrics are the Prometheus metrics of a Service, in a registry of
+// its own (no global state). See package metrics for why moat writes the
+// exposition format itself.
+type serverMetrics struct {
+	reg         *metrics.Registry
+	created     *metrics.CounterVec
+	ended       *metrics.CounterVec
+	calls       *metrics.CounterVec
+	errors      *metrics.CounterVec
+	durations   *metrics.HistogramVec
+	denials     *metrics.CounterVec
+	slowWrites  *metrics.CounterVec
+	auditErrors *metrics.CounterVec
 }
 
-func newMetrics(s *Service) *metrics {
-	set := vm.NewSet()
-	set.NewGauge(`moat_sandboxes{state="running"}`, func() float64 {
+func newMetrics(s *Service) *serverMetrics {
+	r := metrics.NewRegistry()
+	r.NewGaugeFunc("moat_sandboxes_running", "Sandboxes running now.", func() float64 {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return float64(len(s.sandboxes))
 	})
-	return &metrics{
-		set:         set,
-		created:     set.NewCounter("moat_sandboxes_created_total"),
-		auditErrors: set.NewCounter("moat_audit_errors_total"),
+	return &serverMetrics{
+		reg:         r,
+		created:     r.NewCounter("moat_sandboxes_created_total", "Sandboxes created."),
+		ended:       r.NewCounter("moat_sandboxes_ended_total", "Sandboxes ended, by reason.", "reason"),
+		calls:       r.NewCounter("moat_calls_total", "API operations, by operation and result code (\"ok\" or an error code).", "op", "code"),
+		errors:      r.NewCounter("moat_errors_total", "API operations that failed, by operation and error code.", "op", "code"),
+		durations:   r.NewHistogram("moat_call_duration_seconds", "Duration of API operations.", metrics.DefaultDurationBuckets, "op"),
+		denials:     r.NewCounter("moat_denials_total", "Requests refused: bad token, quota, host paths.", "reason"),
+		slowWrites:  r.NewCounter("moat_slow_writes_total", "Store and audit writes slower than 250 ms.", "what"),
+		auditErrors: r.NewCounter("moat_audit_errors_total", "Audit events that could not be written."),
 	}
 }
 
 // observeCall counts a finished operation and its duration.
-func (m *metrics) observeCall(op string, err error, took time.Duration) {
+func (m *serverMetrics) observeCall(op string, err error, took time.Duration) {
 	code := "ok"
 	if err != nil {
 		code = api.AsError(err).Code
-		m.set.GetOrCreateCounter(fmt.Sprintf(`moat_errors_total{op=%q,code=%q}`, op, code)).Inc()
+		m.errors.Inc(op, code)
 	}
-	m.set.GetOrCreateCounter(fmt.Sprintf(`moat_calls_total{op=%q,code=%q}`, op, code)).Inc()
-	m.set.GetOrCreateSummary(fmt.Sprintf(`moat_call_duration_seconds{op=%q}`, op)).Update(took.Seconds())
+	m.calls.Inc(op, code)
+	m.durations.Observe(took.Seconds(), op)
 }
 
 // denied counts a refusal (bad token, quota, host paths…).
-func (m *metrics) denied(reason string) {
-	m.set.GetOrCreateCounter(fmt.Sprintf(`moat_denials_total{reason=%q}`, reason)).Inc()
-}
+func (m *serverMetrics) denied(reason string) { m.denials.Inc(reason) }
 
 // slow counts store and audit writes slower than slowOp.
-func (m *metrics) slow(what string) {
-	m.set.GetOrCreateCounter(fmt.Sprintf(`moat_slow_writes_total{what=%q}`, what)).Inc()
-}
+func (m *serverMetrics) slow(what string) { m.slowWrites.Inc(what) }
 
-// ended counts sandboxes that ended, by reason.
-func (m *metrics) ended(reason string) {
-	m.set.GetOrCreateCounter(fmt.Sprintf(`moat_sandboxes_ended_total{reason=%q}`, reason)).Inc()
-}
+// endedFor counts sandboxes that ended, by reason.
+func (m *serverMetrics) endedFor(reason string) { m.ended.Inc(reason) }
 
 // write renders every metric in the Prometheus text format.
-func (m *metrics) write(w io.Writer) {
-	m.set.WritePrometheus(w)
-}
+func (m *serverMetrics) write(w io.Writer) { m.reg.WritePrometheus(w) }

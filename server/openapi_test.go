@@ -767,10 +767,10 @@ func TestOpenAPIConformance(t *testing.T) {
 
 	// Metrics last: every family the documentation names has a sample.
 	rn.call(oaCall{op: "metrics", check: func(t *testing.T, r reply) {
-		for _, name := range []string{`moat_sandboxes{state="running"}`, "moat_sandboxes_created_total",
+		for _, name := range []string{"moat_sandboxes_running ", "moat_sandboxes_created_total",
 			`moat_sandboxes_ended_total{reason="deleted"}`, `moat_calls_total{op="sandbox.create",code="ok"}`,
-			`moat_errors_total{op="process.exec",code="invalid_argument"}`, `moat_call_duration_seconds{op="process.exec",quantile=`,
-			`moat_call_duration_seconds_count{op="process.exec"}`, `moat_denials_total{reason="token"}`, "moat_audit_errors_total"} {
+			`moat_errors_total{op="process.exec",code="invalid_argument"}`, `moat_call_duration_seconds_bucket{op="process.exec",le="0.0005"}`,
+			`moat_call_duration_seconds_count{op="process.exec"}`, `moat_denials_total{reason="token"}`, "moat_audit_errors_total", "# TYPE moat_slow_writes_total counter"} {
 			if !bytes.Contains(r.body, []byte(name)) {
 				t.Errorf("metrics lack %s", name)
 			}

@@ -266,7 +266,7 @@ func (s *Service) end(ctx context.Context, m *managed, reason string, c Caller) 
 			ev.Error = err.Error()
 		}
 		s.record(ev)
-		s.metrics.ended(reason)
+		s.metrics.endedFor(reason)
 		close(m.endDone)
 		if s.cfg.OnEnd != nil {
 			s.cfg.OnEnd(m.info.ID, reason)

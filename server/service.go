@@ -86,7 +86,7 @@ type Caller struct {
 type Service struct {
 	cfg     Config
 	log     *slog.Logger
-	metrics *metrics
+	metrics *serverMetrics
 	ops     map[string]handler
 
 	mu        sync.Mutex

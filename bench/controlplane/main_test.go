@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"os"
 	"os/exec"
 	"slices"
@@ -18,16 +19,18 @@ func TestParseListening(t *testing.T) {
 	}
 }
 
-func TestParseSummaries(t *testing.T) {
+func TestParseHistograms(t *testing.T) {
 	text := strings.Join([]string{
-		`moat_call_duration_seconds_sum{op="process.exec"} 12.5`,
-		`moat_call_duration_seconds{op="process.exec",quantile="0.5"} 0.002`,
-		`moat_call_duration_seconds{op="process.exec",quantile="0.99"} 0.01`,
-		`moat_calls_total{op="process.exec",code="ok"} 10`,
+		`moat_call_duration_seconds_bucket{op="process.exec",le="0.001"} 0`,
+		`moat_call_duration_seconds_bucket{op="process.exec",le="0.002"} 50`,
+		`moat_call_duration_seconds_bucket{op="process.exec",le="0.01"} 100`,
+		`moat_call_duration_seconds_bucket{op="process.exec",le="+Inf"} 100`,
+		`moat_call_duration_seconds_sum{op="process.exec"} 0.3`,
+		`moat_calls_total{op="process.exec",code="ok"} 100`,
 	}, "\n")
-	got := parseSummaries(text, "moat_call_duration_seconds")
-	if len(got) != 1 || got["process.exec"]["0.5"] != 2 || got["process.exec"]["0.99"] != 10 {
-		t.Errorf("parseSummaries = %v", got)
+	got := parseHistograms(text, "moat_call_duration_seconds")
+	if len(got) != 1 || math.Abs(got["process.exec"]["0.5"]-2) > 1e-9 || math.Abs(got["process.exec"]["0.99"]-9.84) > 1e-9 {
+		t.Errorf("parseHistograms = %v", got)
 	}
 }
 

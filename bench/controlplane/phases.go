@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -451,7 +452,7 @@ func (b *bench) soak(ctx context.Context) *soakResult {
 	res.DaemonHWMKB = end.DaemonHWMKB
 	res.SandboxEndPSSKB = end.SandboxPSSKB
 	if text, err := b.c.metrics(ctx); err == nil {
-		res.ServerLatency = parseSummaries(text, "moat_call_duration_seconds")
+		res.ServerLatency = parseHistograms(text, "moat_call_duration_seconds")
 	} else {
 		b.logf("soak: reading /metrics: %v", err)
 	}
@@ -545,12 +546,15 @@ func (b *bench) soak(ctx context.Context) *soakResult {
 	return res
 }
 
-// parseSummaries reads the quantile lines of one Prometheus summary,
-// `NAME{op="X",quantile="Q"} SECONDS`, into op → quantile → ms.
-func parseSummaries(text, name string) map[string]map[string]float64 {
-	out := map[string]map[string]float64{}
+// parseHistograms estimates the 0.5 and 0.99 quantiles, in ms, of each
+// op's series of the histogram name in a Prometheus text exposition, the
+// way histogram_quantile does: linear interpolation inside the bucket the
+// rank falls in.
+func parseHistograms(text, name string) map[string]map[string]float64 {
+	type bucket struct{ le, count float64 }
+	series := map[string][]bucket{}
 	for line := range strings.SplitSeq(text, "\n") {
-		rest, ok := strings.CutPrefix(line, name+"{")
+		rest, ok := strings.CutPrefix(line, name+"_bucket{")
 		if !ok {
 			continue
 		}
@@ -558,25 +562,49 @@ func parseSummaries(text, name string) map[string]map[string]float64 {
 		if !ok {
 			continue
 		}
-		var op, q string
+		var op, le string
 		for l := range strings.SplitSeq(labels, ",") {
 			k, v, _ := strings.Cut(l, "=")
 			v = strings.Trim(v, `"`)
 			switch k {
 			case "op":
 				op = v
-			case "quantile":
-				q = v
+			case "le":
+				le = v
 			}
 		}
-		f, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
-		if op == "" || q == "" || err != nil {
+		bound, err1 := strconv.ParseFloat(strings.TrimPrefix(le, "+"), 64)
+		count, err2 := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if op == "" || err1 != nil || err2 != nil {
 			continue
 		}
-		if out[op] == nil {
-			out[op] = map[string]float64{}
+		series[op] = append(series[op], bucket{bound, count})
+	}
+	out := map[string]map[string]float64{}
+	for op, bs := range series {
+		total := bs[len(bs)-1].count
+		if total == 0 {
+			continue
 		}
-		out[op][q] = f * 1000
+		out[op] = map[string]float64{}
+		for _, q := range []string{"0.5", "0.99"} {
+			p, _ := strconv.ParseFloat(q, 64)
+			rank := p * total
+			lo, prev := 0.0, 0.0
+			for _, b := range bs {
+				if b.count >= rank {
+					v := b.le
+					if math.IsInf(v, 1) {
+						v = lo // past the last bound: report it
+					} else if b.count > prev {
+						v = lo + (b.le-lo)*(rank-prev)/(b.count-prev)
+					}
+					out[op][q] = v * 1000
+					break
+				}
+				lo, prev = b.le, b.count
+			}
+		}
 	}
 	return out
 }

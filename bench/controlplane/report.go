@@ -188,8 +188,8 @@ type soakResult struct {
 	PerSecond []second `json:"per_second"`
 	// Memory is the per-second samples.
 	Memory []memSnapshot `json:"memory"`
-	// ServerLatency holds the daemon's own view (/metrics summaries, a
-	// sliding window) of the operations' durations, in ms: op → quantile → ms.
+	// ServerLatency holds the daemon's own view (/metrics histograms, over
+	// the whole run) of the operations' durations, in ms: op → quantile → ms.
 	ServerLatency map[string]map[string]float64 `json:"server_latency_ms,omitempty"`
 }
 
@@ -476,7 +476,7 @@ func markdown(rep *report) string {
 		}
 		b.WriteString("\n")
 		if len(s.ServerLatency) > 0 {
-			b.WriteString("The daemon's own view (its `/metrics` summaries over a sliding window, ms):")
+			b.WriteString("The daemon's own view (its `/metrics` histograms over the whole run, quantiles estimated as histogram_quantile does, ms):")
 			ops := make([]string, 0, len(s.ServerLatency))
 			for op := range s.ServerLatency {
 				ops = append(ops, op)
