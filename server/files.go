@@ -61,19 +61,27 @@ func fileMode(s string, def fs.FileMode) (fs.FileMode, error) {
 	return fs.FileMode(v), nil
 }
 
-func needPath(p string) error {
-	if p == "" {
-		return api.Errorf(api.CodeInvalidArgument, "path is required")
-	}
-	return nil
-}
-
-func (s *Service) readFile(ctx context.Context, c Caller, in *input) (any, error) {
-	req, err := decode[api.FilePath](in)
+// decodeFile decodes a file operation's request and checks that the
+// paths it names are set.
+func decodeFile[T any](in *input, paths func(*T) []string) (*T, error) {
+	req, err := decode[T](in)
 	if err != nil {
 		return nil, err
 	}
-	if err := needPath(req.Path); err != nil {
+	for _, p := range paths(req) {
+		if p == "" {
+			return nil, api.Errorf(api.CodeInvalidArgument, "path is required")
+		}
+	}
+	return req, nil
+}
+
+func filePath(r *api.FilePath) []string   { return []string{r.Path} }
+func writePath(r *api.WriteFile) []string { return []string{r.Path} }
+
+func (s *Service) readFile(ctx context.Context, c Caller, in *input) (any, error) {
+	req, err := decodeFile(in, filePath)
+	if err != nil {
 		return nil, err
 	}
 	max, err := s.capBytes(req.MaxBytes)
@@ -93,11 +101,8 @@ func (s *Service) readFile(ctx context.Context, c Caller, in *input) (any, error
 }
 
 func (s *Service) writeFile(ctx context.Context, c Caller, in *input) (any, error) {
-	req, err := decode[api.WriteFile](in)
+	req, err := decodeFile(in, writePath)
 	if err != nil {
-		return nil, err
-	}
-	if err := needPath(req.Path); err != nil {
 		return nil, err
 	}
 	mode, err := fileMode(req.Mode, 0o644)
@@ -132,11 +137,8 @@ func tooBig(err error, max int64) error {
 }
 
 func (s *Service) listDir(ctx context.Context, c Caller, in *input) (any, error) {
-	req, err := decode[api.FilePath](in)
+	req, err := decodeFile(in, filePath)
 	if err != nil {
-		return nil, err
-	}
-	if err := needPath(req.Path); err != nil {
 		return nil, err
 	}
 	return s.fileOp(ctx, c, "file.list", req.Sandbox, req, func(ctx context.Context, f sandbox.Files) (any, any, error) {
@@ -152,11 +154,8 @@ func (s *Service) listDir(ctx context.Context, c Caller, in *input) (any, error)
 }
 
 func (s *Service) statFile(ctx context.Context, c Caller, in *input) (any, error) {
-	req, err := decode[api.FilePath](in)
+	req, err := decodeFile(in, filePath)
 	if err != nil {
-		return nil, err
-	}
-	if err := needPath(req.Path); err != nil {
 		return nil, err
 	}
 	return s.fileOp(ctx, c, "file.stat", req.Sandbox, req, func(ctx context.Context, f sandbox.Files) (any, any, error) {
@@ -166,11 +165,8 @@ func (s *Service) statFile(ctx context.Context, c Caller, in *input) (any, error
 }
 
 func (s *Service) mkdir(ctx context.Context, c Caller, in *input) (any, error) {
-	req, err := decode[api.Mkdir](in)
+	req, err := decodeFile(in, func(r *api.Mkdir) []string { return []string{r.Path} })
 	if err != nil {
-		return nil, err
-	}
-	if err := needPath(req.Path); err != nil {
 		return nil, err
 	}
 	mode, err := fileMode(req.Mode, 0o755)
@@ -183,11 +179,8 @@ func (s *Service) mkdir(ctx context.Context, c Caller, in *input) (any, error) {
 }
 
 func (s *Service) remove(ctx context.Context, c Caller, in *input) (any, error) {
-	req, err := decode[api.Remove](in)
+	req, err := decodeFile(in, func(r *api.Remove) []string { return []string{r.Path} })
 	if err != nil {
-		return nil, err
-	}
-	if err := needPath(req.Path); err != nil {
 		return nil, err
 	}
 	return s.fileOp(ctx, c, "file.remove", req.Sandbox, req, func(ctx context.Context, f sandbox.Files) (any, any, error) {
@@ -196,12 +189,9 @@ func (s *Service) remove(ctx context.Context, c Caller, in *input) (any, error) 
 }
 
 func (s *Service) move(ctx context.Context, c Caller, in *input) (any, error) {
-	req, err := decode[api.Move](in)
+	req, err := decodeFile(in, func(r *api.Move) []string { return []string{r.From, r.To} })
 	if err != nil {
 		return nil, err
-	}
-	if req.From == "" || req.To == "" {
-		return nil, api.Errorf(api.CodeInvalidArgument, "from and to are required")
 	}
 	return s.fileOp(ctx, c, "file.move", req.Sandbox, req, func(ctx context.Context, f sandbox.Files) (any, any, error) {
 		return &api.OK{OK: true}, nil, f.Rename(ctx, req.From, req.To)
@@ -209,11 +199,8 @@ func (s *Service) move(ctx context.Context, c Caller, in *input) (any, error) {
 }
 
 func (s *Service) upload(ctx context.Context, c Caller, in *input) (any, error) {
-	req, err := decode[api.WriteFile](in)
+	req, err := decodeFile(in, writePath)
 	if err != nil {
-		return nil, err
-	}
-	if err := needPath(req.Path); err != nil {
 		return nil, err
 	}
 	body := &countingReader{r: in.bodyOr(req.Content)}
@@ -226,11 +213,8 @@ func (s *Service) upload(ctx context.Context, c Caller, in *input) (any, error) 
 }
 
 func (s *Service) download(ctx context.Context, c Caller, in *input) (any, error) {
-	req, err := decode[api.FilePath](in)
+	req, err := decodeFile(in, filePath)
 	if err != nil {
-		return nil, err
-	}
-	if err := needPath(req.Path); err != nil {
 		return nil, err
 	}
 	max, err := s.capBytes(req.MaxBytes)

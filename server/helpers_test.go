@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -123,30 +122,34 @@ func (r reply) apiErr(t *testing.T) api.Error {
 // not []byte is sent as JSON.
 func (h *harness) do(method, path, token string, body any) reply {
 	h.t.Helper()
-	var rd io.Reader
-	ct := ""
 	switch b := body.(type) {
 	case nil:
+		return h.send(method, path, token, "", nil)
 	case []byte:
-		rd = bytes.NewReader(b)
-		ct = "application/octet-stream"
+		return h.send(method, path, token, "application/octet-stream", b)
 	case string:
-		rd = strings.NewReader(b)
-		ct = "application/json"
-	default:
-		j, err := json.Marshal(b)
-		if err != nil {
-			h.t.Fatal(err)
-		}
-		rd = bytes.NewReader(j)
-		ct = "application/json"
+		return h.send(method, path, token, "application/json", []byte(b))
+	}
+	j, err := json.Marshal(body)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return h.send(method, path, token, "application/json", j)
+}
+
+// send makes an HTTP request with an explicit media type.
+func (h *harness) send(method, path, token, contentType string, body []byte) reply {
+	h.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
 	}
 	req, err := http.NewRequest(method, h.srv.URL+path, rd)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	if ct != "" {
-		req.Header.Set("Content-Type", ct)
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)

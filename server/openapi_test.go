@@ -329,35 +329,6 @@ type oaRunner struct {
 	covered map[string]bool
 }
 
-// send makes an HTTP request with an explicit media type.
-func (h *harness) send(method, path, token, contentType string, body []byte) reply {
-	h.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequest(method, h.srv.URL+path, rd)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := h.srv.Client().Do(req)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	return reply{status: resp.StatusCode, header: resp.Header, body: data}
-}
-
 // fill puts path values into a documented path.
 func fill(path string, vals map[string]string) string {
 	for k, v := range vals {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -345,6 +346,19 @@ func (m *managed) forgetOldProcs() {
 	}
 }
 
+// procRequest decodes a request that names a process and finds the
+// process; the caller must call done.
+func procRequest[T any](s *Service, c Caller, in *input, ref func(*T) (string, uint64)) (req *T, m *managed, p *proc, done func(), err error) {
+	if req, err = decode[T](in); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	sb, id := ref(req)
+	m, p, done, err = s.findProc(c, sb, id)
+	return req, m, p, done, err
+}
+
+func refOf(r *api.ProcessRef) (string, uint64) { return r.Sandbox, r.Process }
+
 // findProc looks up a process of a running sandbox.
 func (s *Service) findProc(c Caller, sandboxID string, id uint64) (*managed, *proc, func(), error) {
 	m, done, err := s.use(c, sandboxID)
@@ -377,7 +391,7 @@ func (s *Service) listProcs(ctx context.Context, c Caller, in *input) (any, erro
 		procs = append(procs, p)
 	}
 	m.mu.Unlock()
-	slices.SortFunc(procs, func(a, b *proc) int { return cmpU64(a.id, b.id) })
+	slices.SortFunc(procs, func(a, b *proc) int { return cmp.Compare(a.id, b.id) })
 	out := api.ProcessList{Processes: make([]api.Process, 0, len(procs))}
 	for _, p := range procs {
 		out.Processes = append(out.Processes, p.snapshot(m.info.ID))
@@ -385,22 +399,8 @@ func (s *Service) listProcs(ctx context.Context, c Caller, in *input) (any, erro
 	return &out, nil
 }
 
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
 func (s *Service) getProc(ctx context.Context, c Caller, in *input) (any, error) {
-	req, err := decode[api.ProcessRef](in)
-	if err != nil {
-		return nil, err
-	}
-	m, p, done, err := s.findProc(c, req.Sandbox, req.Process)
+	_, m, p, done, err := procRequest(s, c, in, refOf)
 	if err != nil {
 		return nil, err
 	}
@@ -410,19 +410,15 @@ func (s *Service) getProc(ctx context.Context, c Caller, in *input) (any, error)
 }
 
 func (s *Service) waitProc(ctx context.Context, c Caller, in *input) (any, error) {
-	req, err := decode[api.ProcessRef](in)
-	if err != nil {
-		return nil, err
-	}
-	limit, err := durationField("timeout_ms", req.TimeoutMs, s.cfg.MaxTimeout, s.cfg.MaxTimeout)
-	if err != nil {
-		return nil, err
-	}
-	m, p, done, err := s.findProc(c, req.Sandbox, req.Process)
+	req, m, p, done, err := procRequest(s, c, in, refOf)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
+	limit, err := durationField("timeout_ms", req.TimeoutMs, s.cfg.MaxTimeout, s.cfg.MaxTimeout)
+	if err != nil {
+		return nil, err
+	}
 	t := time.NewTimer(limit)
 	defer t.Stop()
 	select {
@@ -436,19 +432,15 @@ func (s *Service) waitProc(ctx context.Context, c Caller, in *input) (any, error
 }
 
 func (s *Service) signalProc(ctx context.Context, c Caller, in *input) (any, error) {
-	req, err := decode[api.Signal](in)
-	if err != nil {
-		return nil, err
-	}
-	sig, err := parseSignal(req.Signal)
-	if err != nil {
-		return nil, err
-	}
-	m, p, done, err := s.findProc(c, req.Sandbox, req.Process)
+	req, m, p, done, err := procRequest(s, c, in, func(r *api.Signal) (string, uint64) { return r.Sandbox, r.Process })
 	if err != nil {
 		return nil, err
 	}
 	defer done()
+	sig, err := parseSignal(req.Signal)
+	if err != nil {
+		return nil, err
+	}
 	err = p.p.Signal(sig)
 	s.record(audit.Event{Kind: "process.signal", Tenant: c.Tenant, Actor: c.Actor, Sandbox: m.info.ID, Call: p.callID,
 		Decision: audit.DecisionAllow, Request: mustJSON(map[string]any{"process": p.id, "signal": unix.SignalName(sig)}), Error: errString(err)})
@@ -484,11 +476,7 @@ func errString(err error) string {
 }
 
 func (s *Service) stdinProc(ctx context.Context, c Caller, in *input) (any, error) {
-	req, err := decode[api.Stdin](in)
-	if err != nil {
-		return nil, err
-	}
-	m, p, done, err := s.findProc(c, req.Sandbox, req.Process)
+	req, m, p, done, err := procRequest(s, c, in, func(r *api.Stdin) (string, uint64) { return r.Sandbox, r.Process })
 	if err != nil {
 		return nil, err
 	}
@@ -509,14 +497,10 @@ func (s *Service) stdinProc(ctx context.Context, c Caller, in *input) (any, erro
 }
 
 func (s *Service) output(ctx context.Context, c Caller, in *input) (any, error) {
-	req, err := decode[api.ReadOutput](in)
-	if err != nil {
-		return nil, err
-	}
 	if in.emit == nil {
 		return nil, api.Errorf(api.CodeInvalidArgument, "process.output is a stream")
 	}
-	m, p, done, err := s.findProc(c, req.Sandbox, req.Process)
+	req, m, p, done, err := procRequest(s, c, in, func(r *api.ReadOutput) (string, uint64) { return r.Sandbox, r.Process })
 	if err != nil {
 		return nil, err
 	}
