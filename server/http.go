@@ -122,6 +122,10 @@ func (s *Service) serveOp(w http.ResponseWriter, r *http.Request, op api.Op, tok
 		writeError(w, api.Errorf(api.CodeUnauthenticated, "%v", err))
 		return
 	}
+	// The body must arrive within the request limit, whatever the
+	// operation (a slow trickle would otherwise hold a connection).
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(RequestTimeout))
 	ctx := r.Context()
 	if !longOps[op.Name] {
 		var cancel context.CancelFunc
@@ -132,6 +136,12 @@ func (s *Service) serveOp(w http.ResponseWriter, r *http.Request, op api.Op, tok
 	if err != nil {
 		writeError(w, err)
 		return
+	}
+	if longOps[op.Name] {
+		// The JSON body is read; the server's background read that
+		// notices a client going away must not time out while the
+		// process runs (net/http would cancel the request).
+		_ = rc.SetReadDeadline(time.Time{})
 	}
 	var raw *lazyWriter
 	if op.Out == api.BodyRaw {
