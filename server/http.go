@@ -20,8 +20,10 @@ import (
 	"github.com/moat-sandbox/moat/audit"
 )
 
-// RequestTimeout bounds every HTTP request except the ones that follow a
-// process (exec, wait, output), which are bounded by the sandbox's life.
+// RequestTimeout is the default of Config.RequestTimeout: it bounds every
+// HTTP request except the ones that follow a process (exec, wait, output),
+// which are bounded by the sandbox's life; the bodies of all of them must
+// arrive within it.
 const RequestTimeout = 5 * time.Minute
 
 // longOps may last as long as a sandbox does.
@@ -123,25 +125,20 @@ func (s *Service) serveOp(w http.ResponseWriter, r *http.Request, op api.Op, tok
 		return
 	}
 	// The body must arrive within the request limit, whatever the
-	// operation (a slow trickle would otherwise hold a connection).
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(RequestTimeout))
+	// operation (a slow trickle would otherwise hold a connection). Once
+	// the body is read, net/http clears the deadline for its own watch of
+	// the connection, so a long exec is not cut off.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.RequestTimeout))
 	ctx := r.Context()
 	if !longOps[op.Name] {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, RequestTimeout)
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.RequestTimeout)
 		defer cancel()
 	}
 	in, err := s.httpInput(w, r, op)
 	if err != nil {
 		writeError(w, err)
 		return
-	}
-	if longOps[op.Name] {
-		// The JSON body is read; the server's background read that
-		// notices a client going away must not time out while the
-		// process runs (net/http would cancel the request).
-		_ = rc.SetReadDeadline(time.Time{})
 	}
 	var raw *lazyWriter
 	if op.Out == api.BodyRaw {

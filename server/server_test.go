@@ -625,3 +625,31 @@ func TestConcurrentSandboxes(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestRequestTimeLimit: a request whose body trickles past the limit is
+// cut off, while an exec that runs past it (its body long read) completes.
+func TestRequestTimeLimit(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.RequestTimeout = 300 * time.Millisecond })
+	id := h.create(tokenA, api.CreateSandbox{})
+	r := h.do("POST", "/v1/sandboxes/"+id+"/exec", tokenA, api.Exec{Args: []string{"sleep", "0.8"}, Stream: true})
+	evs := events(t, r.body)
+	if last := evs[len(evs)-1]; r.status != 200 || last.Type != api.EventExit || last.Result.ExitCode != 0 {
+		t.Fatalf("exec past the request limit: %d %s", r.status, r.body)
+	}
+	// A body that never finishes: the server gives up at the limit.
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	req, _ := http.NewRequest("PUT", h.srv.URL+"/v1/sandboxes/"+id+"/files?path=slow", pr)
+	req.Header.Set("Authorization", "Bearer "+tokenA)
+	go func() { _, _ = pw.Write([]byte("partial")) }()
+	resp, err := h.srv.Client().Do(req)
+	if err == nil {
+		resp.Body.Close()
+		if resp.StatusCode < 400 {
+			t.Fatalf("a body that never ended was accepted: %d", resp.StatusCode)
+		}
+	}
+	if r := h.do("GET", "/v1/sandboxes/"+id+"/files/stat?path=slow", tokenA, nil); r.status != 404 {
+		t.Fatalf("the cut-off upload left a file: %d %s", r.status, r.body)
+	}
+}

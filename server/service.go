@@ -71,6 +71,8 @@ type Config struct {
 	PruneInterval time.Duration
 	PruneBatch    int
 	KeepStopped   time.Duration
+	// RequestTimeout bounds HTTP requests (default RequestTimeout).
+	RequestTimeout time.Duration
 	// OnEnd, if set, is called after a sandbox has ended (tests).
 	OnEnd func(id, reason string)
 }
@@ -122,6 +124,7 @@ func New(cfg Config) (*Service, error) {
 	def(&cfg.MaxTimeout, DefaultMaxTimeout)
 	def(&cfg.PruneInterval, DefaultPruneInterval)
 	def(&cfg.KeepStopped, DefaultKeepStopped)
+	def(&cfg.RequestTimeout, RequestTimeout)
 	defInt(&cfg.MaxSandboxes, DefaultMaxSandboxes)
 	defInt(&cfg.MaxPerTenant, DefaultMaxPerTenant)
 	defInt(&cfg.OutputBuffer, DefaultOutputBuffer)
