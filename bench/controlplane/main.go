@@ -31,6 +31,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/moat-sandbox/moat/bench/internal/machine"
 )
 
 type options struct {
@@ -119,7 +121,7 @@ func run(argv []string, stdout, stderr io.Writer) int {
 	started := time.Now()
 	rep := &report{
 		Machine: collectMachine(started),
-		Command: shellQuote(append([]string{"go", "run", "./bench/controlplane"}, argv[1:]...)),
+		Command: machine.ShellQuote(append([]string{"go", "run", "./bench/controlplane"}, argv[1:]...)),
 		Config: config{
 			Iterations: o.iterations, Warmup: o.warmup, Burst: o.burst, Bursts: o.bursts(),
 			ExecIterations: o.execIterations, ExecWarmup: o.execWarmup,
@@ -131,7 +133,7 @@ func run(argv []string, stdout, stderr io.Writer) int {
 	}
 	code := execute(ctx, o, rep, logf)
 	rep.Config.DurationSec = time.Since(started).Round(time.Second).Seconds()
-	rep.Machine.LoadAvgEnd = readTrim("/proc/loadavg")
+	rep.Machine.LoadAvgEnd = machine.LoadAvg()
 	if ctx.Err() != nil {
 		rep.Errors = append(rep.Errors, "interrupted")
 	}
@@ -140,7 +142,7 @@ func run(argv []string, stdout, stderr io.Writer) int {
 		code = 1
 	}
 	if o.jsonPath != "" {
-		if err := writeJSON(o.jsonPath, rep); err != nil {
+		if err := machine.WriteJSON(o.jsonPath, rep); err != nil {
 			logf("%v", err)
 			code = 1
 		} else {
@@ -170,7 +172,7 @@ func execute(ctx context.Context, o *options, rep *report, logf func(string, ...
 		rep.Errors = append(rep.Errors, fmt.Sprintf("moat binary %s: %v (build it: make build)", o.moat, err))
 		return 1
 	}
-	rep.Machine.MoatVersion = versionOf(bin, "version")
+	rep.Machine.MoatVersion = machine.Version(bin, "version")
 
 	// Rows, in report order: the sequential mode (the API, then the
 	// one-shot references), then the burst mode likewise.
@@ -184,13 +186,13 @@ func execute(ctx context.Context, o *options, rep *report, logf func(string, ...
 		bwrapSkip = "bwrap not found in PATH (apt-get install -y bubblewrap)"
 	} else {
 		p, _ = filepath.Abs(p)
-		bwrapArgv = bwrapArgs(p, "/", "/bin/echo", "hello")
-		rep.Machine.BwrapVersion = versionOf(p, "--version")
+		bwrapArgv = machine.BwrapArgs(p, "/", "/bin/echo", "hello")
+		rep.Machine.BwrapVersion = machine.Version(p, "--version")
 	}
 	ref := func(kind, name, about, mode string, argv []string, skip string) *row {
 		r := &row{Name: name, Mode: mode, Kind: kind, About: about, argv: argv, SkippedReason: skip}
 		if argv != nil {
-			r.Command = shellQuote(argv)
+			r.Command = machine.ShellQuote(argv)
 		}
 		return r
 	}
@@ -224,18 +226,18 @@ func execute(ctx context.Context, o *options, rep *report, logf func(string, ...
 		rep.Errors = append(rep.Errors, "starting the daemon: "+err.Error())
 		return 1
 	}
-	rep.Daemon.Command = shellQuote(d.argv)
+	rep.Daemon.Command = machine.ShellQuote(d.argv)
 	rep.Daemon.URL = d.url
 	logf("daemon pid %d listening on %s", d.pid, d.url)
 
 	b := &bench{o: o, d: d, rep: rep, start: time.Now(), logf: logf,
 		c: newClient(d.url, d.token, 2*o.burst, o.callTimeout)}
 	rep.Memory = append(rep.Memory, b.snap("daemon started", false))
-	one, err := newOneShot(o.callTimeout)
+	one, err := machine.NewTimer(o.callTimeout, true)
 	if err != nil {
 		rep.Errors = append(rep.Errors, err.Error())
 	} else {
-		defer one.close()
+		defer one.Close()
 		b.oneRun = one
 		b.sequential(ctx, apiSeq, seqRefs)
 		rep.Memory = append(rep.Memory, b.snap("after sequential TTI", false))

@@ -94,9 +94,3 @@ func TestDescendants(t *testing.T) {
 		t.Errorf("snapshot = %+v", m)
 	}
 }
-
-func TestShellQuote(t *testing.T) {
-	if got := shellQuote([]string{"go", "run", "--soak", "5s", "it's"}); got != `go run --soak 5s 'it'\''s'` {
-		t.Errorf("shellQuote = %s", got)
-	}
-}

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/moat-sandbox/moat/bench/internal/machine"
 	"github.com/moat-sandbox/moat/bench/internal/stats"
 )
 
@@ -23,8 +24,8 @@ type bench struct {
 	rep    *report
 	start  time.Time // the daemon started listening
 	logf   func(format string, args ...any)
-	oneRun *oneShot
-	shots  []*oneShot // one per sandbox of a burst, for the one-shot rows
+	oneRun *machine.Timer
+	shots  []*machine.Timer // one per sandbox of a burst, for the one-shot rows
 }
 
 func (b *bench) snap(phase string, pss bool) memSnapshot {
@@ -101,7 +102,7 @@ func (b *bench) sequential(ctx context.Context, api *row, refs []*row) {
 				}
 				continue
 			}
-			d, err := b.oneRun.time(e.argv, "hello\n")
+			d, err := timeOneShot(b.oneRun, e.argv, "hello\n")
 			if err != nil {
 				e.r.fail(phase, err)
 				continue
@@ -130,9 +131,9 @@ func (b *bench) bursts(ctx context.Context, api *row, refs []*row) *burstResult 
 		}
 	}
 	if len(refs) > 0 {
-		shots := make([]*oneShot, b.o.burst)
+		shots := make([]*machine.Timer, b.o.burst)
 		for i := range shots {
-			s, err := newOneShot(b.o.callTimeout)
+			s, err := machine.NewTimer(b.o.callTimeout, true)
 			if err != nil {
 				for _, r := range refs {
 					r.fail("burst set-up", err)
@@ -140,7 +141,7 @@ func (b *bench) bursts(ctx context.Context, api *row, refs []*row) *burstResult 
 				rows = rows[:1]
 				break
 			}
-			defer s.close()
+			defer s.Close()
 			shots[i] = s
 		}
 		b.shots = shots
@@ -244,7 +245,7 @@ func (b *bench) oneShotBurst(r *row, phase string, measured bool) {
 	for i, s := range b.shots {
 		wg.Go(func() {
 			<-gate
-			ds[i], errs[i] = s.time(r.argv, "hello\n")
+			ds[i], errs[i] = timeOneShot(s, r.argv, "hello\n")
 		})
 	}
 	close(gate)

@@ -1,25 +1,20 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
-	"context"
-	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
-	"runtime"
+	"maps"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/moat-sandbox/moat/bench/internal/machine"
 	"github.com/moat-sandbox/moat/bench/internal/stats"
 )
 
 // report is the whole result, as written to --json. Times are in
 // milliseconds, memory in KiB.
 type report struct {
-	Machine machine `json:"machine"`
+	Machine machineInfo `json:"machine"`
 	// Command is the benchmark's own command line.
 	Command string     `json:"command"`
 	Config  config     `json:"config"`
@@ -41,13 +36,9 @@ type report struct {
 	Failed bool `json:"failed"`
 }
 
-type machine struct {
-	Kernel       string `json:"kernel"`
-	OS           string `json:"os"`
-	CPUs         int    `json:"cpus"`
-	CPUModel     string `json:"cpu_model"`
-	GoVersion    string `json:"go_version"`
-	UID          int    `json:"uid"`
+// machineInfo is the host, with what this benchmark adds.
+type machineInfo struct {
+	machine.Host
 	LoadAvgStart string `json:"loadavg_start"`
 	LoadAvgEnd   string `json:"loadavg_end"`
 	MoatVersion  string `json:"moat_version"`
@@ -210,87 +201,13 @@ type goal struct {
 	Met    *bool    `json:"met"` // nil when not measured
 }
 
-func collectMachine(start time.Time) machine {
-	return machine{
-		Kernel:       readTrim("/proc/sys/kernel/osrelease"),
-		OS:           osRelease(),
-		CPUs:         runtime.NumCPU(),
-		CPUModel:     cpuModel(),
-		GoVersion:    runtime.Version(),
-		UID:          os.Geteuid(),
-		LoadAvgStart: readTrim("/proc/loadavg"),
-		MoatCommit:   gitCommit(),
+func collectMachine(start time.Time) machineInfo {
+	return machineInfo{
+		Host:         machine.Describe(),
+		LoadAvgStart: machine.LoadAvg(),
+		MoatCommit:   machine.GitCommit(),
 		Date:         start.UTC().Format(time.RFC3339),
 	}
-}
-
-func readTrim(path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "unknown"
-	}
-	return strings.TrimSpace(string(b))
-}
-
-func osRelease() string {
-	b, err := os.ReadFile("/etc/os-release")
-	if err != nil {
-		return "unknown"
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "PRETTY_NAME="); ok {
-			return strings.Trim(v, `"'`)
-		}
-	}
-	return "unknown"
-}
-
-func cpuModel() string {
-	f, err := os.Open("/proc/cpuinfo")
-	if err != nil {
-		return "unknown"
-	}
-	defer f.Close()
-	found := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
-		if ok && v != "" && found[k] == "" {
-			found[k] = v
-		}
-	}
-	for _, k := range []string{"model name", "Model", "Hardware", "cpu model", "uarch", "CPU part"} {
-		if v := found[k]; v != "" {
-			return v
-		}
-	}
-	return "unknown"
-}
-
-// gitCommit is the checkout's commit, "-dirty" appended when the tree has
-// changes, or "" outside a checkout.
-func gitCommit() string {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "git", "rev-parse", "--short=12", "HEAD").Output()
-	if err != nil {
-		return ""
-	}
-	commit := strings.TrimSpace(string(out))
-	st, err := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no").Output()
-	if err == nil && len(bytes.TrimSpace(st)) > 0 {
-		commit += "-dirty"
-	}
-	return commit
-}
-
-func writeJSON(path string, rep *report) error {
-	b, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
 func ratio(num, den *stats.Summary) *float64 {
@@ -477,12 +394,7 @@ func markdown(rep *report) string {
 		b.WriteString("\n")
 		if len(s.ServerLatency) > 0 {
 			b.WriteString("The daemon's own view (its `/metrics` histograms over the whole run, quantiles estimated as histogram_quantile does, ms):")
-			ops := make([]string, 0, len(s.ServerLatency))
-			for op := range s.ServerLatency {
-				ops = append(ops, op)
-			}
-			slices.Sort(ops)
-			for _, op := range ops {
+			for _, op := range slices.Sorted(maps.Keys(s.ServerLatency)) {
 				q := s.ServerLatency[op]
 				fmt.Fprintf(&b, " %s p50 %s, p99 %s;", op, f3(q["0.5"]), f3(q["0.99"]))
 			}

@@ -14,18 +14,18 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"runtime"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/moat-sandbox/moat/bench/internal/machine"
 )
 
 type options struct {
@@ -100,7 +100,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			defer p.cleanup()
 		}
 		res.Argv = p.argv
-		res.Command = shellQuote(p.argv)
+		res.Command = machine.ShellQuote(p.argv)
 		rep.Machine.Versions[sys.name] = p.version
 	}
 	// rep.Systems is complete: pointers into it are stable from here on.
@@ -111,12 +111,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 
 	if len(runs) > 0 {
-		t, err := newTimer(o.runTimeout)
+		t, err := machine.NewTimer(o.runTimeout, false)
 		if err != nil {
 			fmt.Fprintln(stderr, "startup:", err)
 			return 1
 		}
-		defer t.close()
+		defer t.Close()
 		fmt.Fprintf(stderr, "startup: %d systems, %d warm-up + %d measured rounds, seed %d\n",
 			len(runs), o.warmup, o.rounds, o.seed)
 		rng := rand.New(rand.NewPCG(o.seed, o.seed^0x9e3779b97f4a7c15))
@@ -133,7 +133,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			runtime.GC()
 			for _, i := range order {
 				a := runs[i]
-				d, err := t.time(a.argv)
+				d, err := t.Time(a.argv)
 				if err != nil {
 					a.res.Failed++
 					if len(a.res.Errors) < maxErrors {
@@ -173,7 +173,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		code = 1
 	}
 	if o.jsonPath != "" {
-		if err := writeJSON(o.jsonPath, rep); err != nil {
+		if err := machine.WriteJSON(o.jsonPath, rep); err != nil {
 			fmt.Fprintln(stderr, "startup:", err)
 			code = 1
 		} else {
@@ -242,65 +242,4 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		o.seed = uint64(time.Now().UnixNano())
 	}
 	return o, nil
-}
-
-// timer runs one command and times it. stdin and stdout are /dev/null and
-// stderr a temporary file, all plain files handed to the child, so os/exec
-// starts no copying goroutine and the clock stops when the child is
-// reaped, not when some pipe closes.
-type timer struct {
-	devnull *os.File
-	errFile *os.File
-	timeout time.Duration
-}
-
-func newTimer(timeout time.Duration) (*timer, error) {
-	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
-	if err != nil {
-		return nil, err
-	}
-	errFile, err := os.CreateTemp("", "moat-bench-stderr-")
-	if err != nil {
-		devnull.Close()
-		return nil, err
-	}
-	os.Remove(errFile.Name())
-	return &timer{devnull: devnull, errFile: errFile, timeout: timeout}, nil
-}
-
-func (t *timer) close() {
-	t.devnull.Close()
-	t.errFile.Close()
-}
-
-// time runs argv once and returns its wall-clock duration, or an error
-// (with the start of its stderr) if it did not exit 0 in time.
-func (t *timer) time(argv []string) (time.Duration, error) {
-	if err := t.errFile.Truncate(0); err != nil {
-		return 0, err
-	}
-	if _, err := t.errFile.Seek(0, io.SeekStart); err != nil {
-		return 0, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = t.devnull, t.devnull, t.errFile
-
-	begin := time.Now()
-	err := cmd.Run()
-	d := time.Since(begin)
-
-	if err == nil {
-		return d, nil
-	}
-	if ctx.Err() != nil {
-		err = fmt.Errorf("timed out after %s (killed): %w", t.timeout, err)
-	}
-	buf := make([]byte, 1024)
-	n, _ := t.errFile.ReadAt(buf, 0)
-	if msg := strings.TrimSpace(string(buf[:n])); msg != "" {
-		return d, fmt.Errorf("%w; stderr: %s", err, strings.ReplaceAll(msg, "\n", " | "))
-	}
-	return d, err
 }

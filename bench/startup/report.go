@@ -1,21 +1,17 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
-	"context"
-	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
-	"runtime"
 	"strings"
 	"time"
+
+	"github.com/moat-sandbox/moat/bench/internal/machine"
+	"github.com/moat-sandbox/moat/bench/internal/stats"
 )
 
 // report is the whole result, as written to --json.
 type report struct {
-	Machine machine        `json:"machine"`
+	Machine machineInfo    `json:"machine"`
 	Config  config         `json:"config"`
 	Systems []systemResult `json:"systems"`
 	// Failed is true when some system had a failed run; the program then
@@ -23,14 +19,10 @@ type report struct {
 	Failed bool `json:"failed"`
 }
 
-type machine struct {
-	Kernel    string `json:"kernel"` // uname -r
-	OS        string `json:"os"`     // /etc/os-release PRETTY_NAME
-	CPUs      int    `json:"cpus"`   // CPUs this process may run on
-	CPUModel  string `json:"cpu_model"`
-	GoVersion string `json:"go_version"`
-	UID       int    `json:"uid"`
-	LoadAvg   string `json:"loadavg"` // /proc/loadavg when the benchmark started
+// machineInfo is the host, with what this benchmark adds.
+type machineInfo struct {
+	machine.Host
+	LoadAvg string `json:"loadavg"` // /proc/loadavg when the benchmark started
 	// Versions maps each prepared system to its version (moat, bwrap…).
 	Versions map[string]string `json:"versions"`
 	// MoatCommit is the git commit of the working tree (with "-dirty" when
@@ -78,7 +70,7 @@ type systemResult struct {
 
 // setStats fills the statistics columns from the samples.
 func (r *systemResult) setStats() {
-	s, ok := summarize(r.SamplesMs)
+	s, ok := stats.Summarize(r.SamplesMs)
 	r.N = s.N
 	if !ok {
 		return
@@ -90,90 +82,14 @@ func (r *systemResult) setStats() {
 
 // collectMachine records the host and toolchain; versions are filled in as
 // systems are prepared.
-func collectMachine(start time.Time) machine {
-	return machine{
-		Kernel:     readTrim("/proc/sys/kernel/osrelease"),
-		OS:         osRelease(),
-		CPUs:       runtime.NumCPU(),
-		CPUModel:   cpuModel(),
-		GoVersion:  runtime.Version(),
-		UID:        os.Geteuid(),
-		LoadAvg:    readTrim("/proc/loadavg"),
+func collectMachine(start time.Time) machineInfo {
+	return machineInfo{
+		Host:       machine.Describe(),
+		LoadAvg:    machine.LoadAvg(),
 		Versions:   map[string]string{},
-		MoatCommit: gitCommit(),
+		MoatCommit: machine.GitCommit(),
 		Date:       start.UTC().Format(time.RFC3339),
 	}
-}
-
-func readTrim(path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "unknown"
-	}
-	return strings.TrimSpace(string(b))
-}
-
-func osRelease() string {
-	b, err := os.ReadFile("/etc/os-release")
-	if err != nil {
-		return "unknown"
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "PRETTY_NAME="); ok {
-			return strings.Trim(v, `"'`)
-		}
-	}
-	return "unknown"
-}
-
-// cpuModel reads the CPU's name from /proc/cpuinfo ("model name" on x86,
-// other keys elsewhere).
-func cpuModel() string {
-	f, err := os.Open("/proc/cpuinfo")
-	if err != nil {
-		return "unknown"
-	}
-	defer f.Close()
-	found := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
-		if ok && v != "" && found[k] == "" {
-			found[k] = v
-		}
-	}
-	for _, k := range []string{"model name", "Model", "Hardware", "cpu model", "uarch", "CPU part"} {
-		if v := found[k]; v != "" {
-			return v
-		}
-	}
-	return "unknown"
-}
-
-// gitCommit returns the current commit of the checkout the benchmark runs
-// in, "-dirty" appended when the tree has changes, or "" outside a checkout.
-func gitCommit() string {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "git", "rev-parse", "--short=12", "HEAD").Output()
-	if err != nil {
-		return ""
-	}
-	commit := strings.TrimSpace(string(out))
-	st, err := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no").Output()
-	if err == nil && len(bytes.TrimSpace(st)) > 0 {
-		commit += "-dirty"
-	}
-	return commit
-}
-
-func writeJSON(path string, rep *report) error {
-	b, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
 func fmtMs(v *float64) string {

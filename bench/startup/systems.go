@@ -1,14 +1,13 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"time"
+
+	"github.com/moat-sandbox/moat/bench/internal/machine"
 )
 
 // system is one way of running the benchmarked command. To add one (runc,
@@ -82,7 +81,7 @@ func prepareBare(*options) (*prepared, error) {
 	}
 	return &prepared{
 		argv:    []string{benchCommand},
-		version: firstLine(versionOf(benchCommand, "--version")),
+		version: machine.Version(benchCommand, "--version"),
 	}, nil
 }
 
@@ -96,7 +95,7 @@ func prepareMoat(o *options) (*prepared, error) {
 	}
 	return &prepared{
 		argv:    []string{bin, "run", "--", benchCommand},
-		version: firstLine(versionOf(bin, "version")),
+		version: machine.Version(bin, "version"),
 	}, nil
 }
 
@@ -131,46 +130,9 @@ func prepareBwrap(*options) (*prepared, error) {
 		return nil, err
 	}
 	return &prepared{
-		argv:    bwrapArgs(bin, "/"),
-		version: firstLine(versionOf(bin, "--version")),
+		argv:    machine.BwrapArgs(bin, "/", benchCommand),
+		version: machine.Version(bin, "--version"),
 	}, nil
-}
-
-// bwrapArgs builds a bubblewrap command whose sandbox matches moat's as
-// closely as bwrap's flags allow: all namespaces, the host's /usr and /etc
-// read-only, the top-level system links or directories mirrored as they
-// are on the host under hostRoot (a symlink as the same symlink on a
-// merged-/usr host, a read-only bind otherwise), fresh /proc and /dev, and
-// tmpfs /tmp and /workspace as the working directory.
-func bwrapArgs(bin, hostRoot string) []string {
-	args := []string{bin, "--unshare-all", "--die-with-parent", "--new-session",
-		"--ro-bind", "/usr", "/usr"}
-	// The same list as moat's runtime (runtime/linux systemDirs).
-	for _, d := range []string{"/bin", "/lib", "/lib64", "/sbin", "/lib32", "/libx32"} {
-		host := filepath.Join(hostRoot, d)
-		fi, err := os.Lstat(host)
-		if err != nil {
-			continue
-		}
-		switch {
-		case fi.Mode()&os.ModeSymlink != 0:
-			target, err := os.Readlink(host)
-			if err != nil {
-				continue
-			}
-			args = append(args, "--symlink", target, d)
-		case fi.IsDir():
-			args = append(args, "--ro-bind", host, d)
-		}
-	}
-	return append(args,
-		"--ro-bind", "/etc", "/etc",
-		"--proc", "/proc",
-		"--dev", "/dev",
-		"--tmpfs", "/tmp",
-		"--tmpfs", "/workspace",
-		"--chdir", "/workspace",
-		benchCommand)
 }
 
 // checkExecutable reports why path cannot be run, or nil.
@@ -186,38 +148,4 @@ func checkExecutable(path string) error {
 		return errors.New("not an executable file")
 	}
 	return nil
-}
-
-// versionOf runs bin with args and returns its output, or a note saying
-// why the version is unknown (a system without --version is not an error).
-func versionOf(bin string, args ...string) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
-	if err != nil {
-		return fmt.Sprintf("unknown (%s %s: %v)", filepath.Base(bin), strings.Join(args, " "), err)
-	}
-	return strings.TrimSpace(string(out))
-}
-
-func firstLine(s string) string {
-	line, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
-	return strings.TrimSpace(line)
-}
-
-// shellQuote renders argv as one line a POSIX shell would split back into
-// the same words.
-func shellQuote(argv []string) string {
-	words := make([]string, len(argv))
-	for i, a := range argv {
-		if a != "" && strings.IndexFunc(a, func(r rune) bool {
-			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' ||
-				strings.ContainsRune("-_./=:,+@%", r))
-		}) < 0 {
-			words[i] = a
-			continue
-		}
-		words[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
-	}
-	return strings.Join(words, " ")
 }

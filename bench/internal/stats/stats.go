@@ -1,7 +1,7 @@
 // Package stats summarises benchmark samples: n, min, max, percentiles
 // (linear interpolation between closest ranks, the numpy / R type-7
-// default), mean and sample standard deviation. It is the same method as
-// bench/startup's, shared by the benchmarks written after it.
+// default), mean and sample standard deviation; shared by bench/startup and
+// bench/controlplane.
 package stats
 
 import (
