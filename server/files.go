@@ -19,13 +19,14 @@ import (
 
 // fileOp runs f on the sandbox named by id and records it in the audit
 // tape with the request summary req and the result summary f returns.
-func (s *Service) fileOp(ctx context.Context, c Caller, kind, id string, req any, f func(ctx context.Context, files sandbox.Files) (any, any, error)) (any, error) {
+func (s *Service) fileOp(ctx context.Context, c Caller, in *input, kind, id string, req any, f func(ctx context.Context, files sandbox.Files) (any, any, error)) (any, error) {
 	m, done, err := s.use(c, id)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
 	resp, summary, err := f(ctx, m.sb.Files())
+	in.recorded = true
 	ev := audit.Event{Kind: kind, Tenant: c.Tenant, Actor: c.Actor, Sandbox: id, Decision: audit.DecisionAllow, Request: mustJSON(req)}
 	if summary != nil {
 		ev.Result = mustJSON(summary)
@@ -88,7 +89,7 @@ func (s *Service) readFile(ctx context.Context, c Caller, in *input) (any, error
 	if err != nil {
 		return nil, err
 	}
-	return s.fileOp(ctx, c, "file.read", req.Sandbox, req, func(ctx context.Context, f sandbox.Files) (any, any, error) {
+	return s.fileOp(ctx, c, in, "file.read", req.Sandbox, req, func(ctx context.Context, f sandbox.Files) (any, any, error) {
 		data, err := f.ReadFile(ctx, req.Path, max)
 		if err != nil {
 			return nil, nil, err
@@ -110,7 +111,7 @@ func (s *Service) writeFile(ctx context.Context, c Caller, in *input) (any, erro
 		return nil, err
 	}
 	body := in.bodyOr(req.Content)
-	return s.fileOp(ctx, c, "file.write", req.Sandbox, map[string]string{"path": req.Path, "mode": req.Mode}, func(ctx context.Context, f sandbox.Files) (any, any, error) {
+	return s.fileOp(ctx, c, in, "file.write", req.Sandbox, map[string]string{"path": req.Path, "mode": req.Mode}, func(ctx context.Context, f sandbox.Files) (any, any, error) {
 		n, err := f.WriteFile(ctx, req.Path, body, mode, s.cfg.MaxFileBytes)
 		if err != nil {
 			return nil, nil, tooBig(err, s.cfg.MaxFileBytes)
@@ -141,7 +142,7 @@ func (s *Service) listDir(ctx context.Context, c Caller, in *input) (any, error)
 	if err != nil {
 		return nil, err
 	}
-	return s.fileOp(ctx, c, "file.list", req.Sandbox, req, func(ctx context.Context, f sandbox.Files) (any, any, error) {
+	return s.fileOp(ctx, c, in, "file.list", req.Sandbox, req, func(ctx context.Context, f sandbox.Files) (any, any, error) {
 		ents, err := f.ReadDir(ctx, req.Path)
 		if err != nil {
 			return nil, nil, err
@@ -158,7 +159,7 @@ func (s *Service) statFile(ctx context.Context, c Caller, in *input) (any, error
 	if err != nil {
 		return nil, err
 	}
-	return s.fileOp(ctx, c, "file.stat", req.Sandbox, req, func(ctx context.Context, f sandbox.Files) (any, any, error) {
+	return s.fileOp(ctx, c, in, "file.stat", req.Sandbox, req, func(ctx context.Context, f sandbox.Files) (any, any, error) {
 		fi, err := f.Stat(ctx, req.Path)
 		return fi, nil, err
 	})
@@ -173,7 +174,7 @@ func (s *Service) mkdir(ctx context.Context, c Caller, in *input) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.fileOp(ctx, c, "file.mkdir", req.Sandbox, req, func(ctx context.Context, f sandbox.Files) (any, any, error) {
+	return s.fileOp(ctx, c, in, "file.mkdir", req.Sandbox, req, func(ctx context.Context, f sandbox.Files) (any, any, error) {
 		return &api.OK{OK: true}, nil, f.Mkdir(ctx, req.Path, mode, req.Parents)
 	})
 }
@@ -183,7 +184,7 @@ func (s *Service) remove(ctx context.Context, c Caller, in *input) (any, error) 
 	if err != nil {
 		return nil, err
 	}
-	return s.fileOp(ctx, c, "file.remove", req.Sandbox, req, func(ctx context.Context, f sandbox.Files) (any, any, error) {
+	return s.fileOp(ctx, c, in, "file.remove", req.Sandbox, req, func(ctx context.Context, f sandbox.Files) (any, any, error) {
 		return &api.OK{OK: true}, nil, f.Remove(ctx, req.Path, req.Recursive)
 	})
 }
@@ -193,7 +194,7 @@ func (s *Service) move(ctx context.Context, c Caller, in *input) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.fileOp(ctx, c, "file.move", req.Sandbox, req, func(ctx context.Context, f sandbox.Files) (any, any, error) {
+	return s.fileOp(ctx, c, in, "file.move", req.Sandbox, req, func(ctx context.Context, f sandbox.Files) (any, any, error) {
 		return &api.OK{OK: true}, nil, f.Rename(ctx, req.From, req.To)
 	})
 }
@@ -204,7 +205,7 @@ func (s *Service) upload(ctx context.Context, c Caller, in *input) (any, error) 
 		return nil, err
 	}
 	body := &countingReader{r: in.bodyOr(req.Content)}
-	return s.fileOp(ctx, c, "file.upload", req.Sandbox, map[string]string{"path": req.Path}, func(ctx context.Context, f sandbox.Files) (any, any, error) {
+	return s.fileOp(ctx, c, in, "file.upload", req.Sandbox, map[string]string{"path": req.Path}, func(ctx context.Context, f sandbox.Files) (any, any, error) {
 		if err := f.PutTar(ctx, req.Path, body, s.cfg.MaxFileBytes); err != nil {
 			return nil, nil, tooBig(err, s.cfg.MaxFileBytes)
 		}
@@ -221,7 +222,7 @@ func (s *Service) download(ctx context.Context, c Caller, in *input) (any, error
 	if err != nil {
 		return nil, err
 	}
-	return s.fileOp(ctx, c, "file.download", req.Sandbox, req, func(ctx context.Context, f sandbox.Files) (any, any, error) {
+	return s.fileOp(ctx, c, in, "file.download", req.Sandbox, req, func(ctx context.Context, f sandbox.Files) (any, any, error) {
 		w := &countingWriter{w: in.out}
 		if err := f.GetTar(ctx, req.Path, w, max); err != nil {
 			return nil, nil, err

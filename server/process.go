@@ -191,6 +191,7 @@ func (s *Service) exec(ctx context.Context, c Caller, in *input) (any, error) {
 	start := time.Now()
 	res, err := m.sb.Exec(ctx, p)
 	s.finishCall(c, m, callID, "process.exec", req, res, err, time.Since(start))
+	in.recorded = true
 	if err != nil && !isSetupOnly(err) {
 		return nil, err
 	}
@@ -290,6 +291,7 @@ func (s *Service) start(ctx context.Context, c Caller, in *input) (any, error) {
 	if err != nil {
 		pr.stdin.Close()
 		s.finishCall(c, m, pr.callID, "process.start", req, nil, err, time.Since(pr.started))
+		in.recorded = true
 		return nil, err
 	}
 	pr.id, pr.p = handle.ID(), handle
@@ -299,6 +301,7 @@ func (s *Service) start(ctx context.Context, c Caller, in *input) (any, error) {
 	m.mu.Unlock()
 	s.record(audit.Event{Kind: "process.start", Tenant: c.Tenant, Actor: c.Actor, Sandbox: m.info.ID, Call: pr.callID,
 		Decision: audit.DecisionAllow, Request: mustJSON(requestSummary(req)), Result: mustJSON(map[string]uint64{"process": pr.id})})
+	in.recorded = true
 	s.tasks.Add(1)
 	go func() {
 		defer s.tasks.Done()
@@ -444,6 +447,7 @@ func (s *Service) signalProc(ctx context.Context, c Caller, in *input) (any, err
 	err = p.p.Signal(sig)
 	s.record(audit.Event{Kind: "process.signal", Tenant: c.Tenant, Actor: c.Actor, Sandbox: m.info.ID, Call: p.callID,
 		Decision: audit.DecisionAllow, Request: mustJSON(map[string]any{"process": p.id, "signal": unix.SignalName(sig)}), Error: errString(err)})
+	in.recorded = true
 	if err != nil {
 		return nil, err
 	}
@@ -493,6 +497,7 @@ func (s *Service) stdinProc(ctx context.Context, c Caller, in *input) (any, erro
 	}
 	s.record(audit.Event{Kind: "process.stdin", Tenant: c.Tenant, Actor: c.Actor, Sandbox: m.info.ID, Call: p.callID,
 		Decision: audit.DecisionAllow, Request: mustJSON(map[string]any{"process": p.id, "bytes": len(data), "eof": req.EOF})})
+	in.recorded = true
 	return &api.OK{OK: true}, nil
 }
 

@@ -122,6 +122,7 @@ func (s *Service) createSandbox(ctx context.Context, c Caller, in *input) (any, 
 		return nil, err
 	}
 	start := time.Now()
+	in.recorded = true
 	ev := audit.Event{Kind: "sandbox.create", Tenant: c.Tenant, Actor: c.Actor, Request: mustJSON(req)}
 	sb, err := s.doCreate(ctx, c, req)
 	ev.DurationMs = time.Since(start).Milliseconds()
@@ -346,6 +347,7 @@ func (s *Service) deleteSandbox(ctx context.Context, c Caller, in *input) (any, 
 		return s.getSandbox(ctx, c, in)
 	}
 	s.end(ctx, m, api.EndDeleted, c)
+	in.recorded = true // the end is recorded as sandbox.end
 	info := m.snapshot()
 	return &info, nil
 }

@@ -230,7 +230,8 @@ func TestSandboxLifecycle(t *testing.T) {
 			t.Fatalf("event of tenant %q in tenant a's audit", e.Tenant)
 		}
 	}
-	for _, k := range []string{"sandbox.create", "process.exec", "file.write", "file.read", "process.start", "process.stdin", "process.signal", "process.exit", "sandbox.end"} {
+	for _, k := range []string{"sandbox.create", "process.exec", "file.write", "file.read", "process.start", "process.stdin",
+		"process.signal", "process.exit", "sandbox.end", "process.wait", "process.output", "process.list", "sandbox.get", "file.stat"} {
 		if kinds[k] == 0 {
 			t.Errorf("no %s event in %v", k, kinds)
 		}
@@ -392,6 +393,7 @@ func TestBadInput(t *testing.T) {
 		{"GET", "/v1/sandboxes/nope", nil, 404},
 		{"GET", "/v1/sandboxes/" + strings.Repeat("x", 5000), nil, 404},
 		{"POST", base + "/exec", `{"args":[]}`, 400},
+		{"POST", base + "/exec", `{"args":[],"env":["TOKEN=hunter2-secret"]}`, 400},
 		{"POST", base + "/exec", `{"args":["true"],"env":["NOEQUALS"]}`, 400},
 		{"POST", base + "/exec", `{"args":["true"],"timeout_ms":-1}`, 400},
 		{"POST", base + "/exec", `{"args":["true"],"output_limit":-1}`, 400},
@@ -431,6 +433,23 @@ func TestBadInput(t *testing.T) {
 	h.do("GET", "/v1/sandboxes?state=running", tokenA, nil).decode(t, &list)
 	if len(list.Sandboxes) != 1 {
 		t.Fatalf("bad input left %d running sandboxes", len(list.Sandboxes))
+	}
+	// Refused calls are audited too, without the values of their
+	// environment.
+	var page api.AuditPage
+	h.do("GET", "/v1/audit?kind=process.exec&limit=1000", tokenA, nil).decode(t, &page)
+	refused := 0
+	for _, e := range page.Events {
+		if strings.Contains(e.Error, "args must name a command") && e.Sandbox == id {
+			refused++
+		}
+	}
+	if refused != 2 {
+		t.Fatalf("%d audit events for the 2 refused execs", refused)
+	}
+	tape, err := os.ReadFile(filepath.Join(h.dir, "audit", "audit.jsonl"))
+	if err != nil || !bytes.Contains(tape, []byte("TOKEN")) || bytes.Contains(tape, []byte("hunter2-secret")) {
+		t.Fatalf("the audit tape must name the env key but not its value (read err %v)", err)
 	}
 	// Random garbage on every route: never a 5xx.
 	for _, op := range api.Ops {

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"reflect"
 	"sync"
 	"time"
 
@@ -231,6 +232,12 @@ type input struct {
 	// emit sends one event of a stream; nil when the transport cannot
 	// stream.
 	emit func(api.Event) error
+
+	// req is the decoded request (for the audit record of a call that
+	// records nothing itself); recorded says the operation wrote its own
+	// audit event.
+	req      any
+	recorded bool
 }
 
 type handler func(ctx context.Context, c Caller, in *input) (any, error)
@@ -244,7 +251,18 @@ func (s *Service) call(ctx context.Context, c Caller, name string, in *input) (a
 	start := time.Now()
 	resp, err := h(ctx, c, in)
 	err = apiError(err)
-	s.metrics.observeCall(name, err, time.Since(start))
+	took := time.Since(start)
+	s.metrics.observeCall(name, err, took)
+	if !in.recorded {
+		// Every call leaves an audit event: reads, and calls refused
+		// before they did anything (bad input, not found, busy…).
+		ev := audit.Event{Kind: name, Tenant: c.Tenant, Actor: c.Actor, Decision: audit.DecisionAllow,
+			Sandbox: sandboxOf(in.req), Request: mustJSON(auditRequest(in.req)), DurationMs: took.Milliseconds()}
+		if err != nil {
+			ev.Decision, ev.Error = decisionOf(err), err.Error()
+		}
+		s.record(ev)
+	}
 	return resp, err
 }
 
@@ -254,7 +272,32 @@ func decode[T any](in *input) (*T, error) {
 	if err := in.decode(v); err != nil {
 		return nil, err
 	}
+	in.req = v
 	return v, nil
+}
+
+// sandboxOf is the sandbox a decoded request names, if any.
+func sandboxOf(req any) string {
+	if rv := reflect.ValueOf(req); rv.Kind() == reflect.Pointer && rv.Elem().Kind() == reflect.Struct {
+		if f := rv.Elem().FieldByName("Sandbox"); f.Kind() == reflect.String {
+			return f.String()
+		}
+	}
+	return ""
+}
+
+// auditRequest is what the audit keeps of a request: never the values of
+// an environment, file contents or stdin data.
+func auditRequest(req any) any {
+	switch r := req.(type) {
+	case *api.Exec:
+		return requestSummary(r)
+	case *api.WriteFile:
+		return map[string]string{"path": r.Path, "mode": r.Mode}
+	case *api.Stdin:
+		return map[string]any{"process": r.Process, "bytes": len(r.Data) + len(r.DataBase64), "eof": r.EOF}
+	}
+	return req
 }
 
 // apiError maps the errors of the runtime and the store to API errors.
