@@ -117,29 +117,45 @@ func (t *httpTransport) request(ctx context.Context, op api.Op, req any, body io
 	return r, nil
 }
 
-// jsonBody encodes req as the JSON body of op, if op takes one.
-func jsonBody(op api.Op, req any) (io.Reader, string, error) {
-	if op.In != api.BodyJSON {
-		return nil, "", nil
+// exchange sends the request of op (req as its JSON body when op takes
+// one, else body, of type contentType) and hands a successful answer to
+// read; a failed answer becomes an *api.Error.
+func (t *httpTransport) exchange(ctx context.Context, op api.Op, req any, body io.Reader, contentType, accept string, read func(*http.Response) error) error {
+	if op.In == api.BodyJSON {
+		b, err := json.Marshal(req)
+		if err != nil {
+			return fmt.Errorf("moat client: %s: encoding the request: %w", op.Name, err)
+		}
+		body, contentType = bytes.NewReader(b), mediaJSON
 	}
-	b, err := json.Marshal(req)
+	r, err := t.request(ctx, op, req, body, contentType, accept)
 	if err != nil {
-		return nil, "", fmt.Errorf("moat client: %s: encoding the request: %w", op.Name, err)
+		return err
 	}
-	return bytes.NewReader(b), mediaJSON, nil
-}
-
-// do sends r and turns a failed answer into an *api.Error.
-func (t *httpTransport) do(op api.Op, r *http.Request) (*http.Response, error) {
 	res, err := t.hc.Do(r)
 	if err != nil {
-		return nil, fmt.Errorf("moat client: %s: %w", op.Name, err)
+		return fmt.Errorf("moat client: %s: %w", op.Name, err)
 	}
+	defer res.Body.Close()
 	if res.StatusCode < 200 || res.StatusCode > 299 {
-		defer res.Body.Close()
-		return nil, readError(res)
+		return readError(res)
 	}
-	return res, nil
+	return read(res)
+}
+
+// decodeAnswer returns a read of [httpTransport.exchange] that decodes a
+// JSON answer into resp (nil: discards it).
+func decodeAnswer(ctx context.Context, op api.Op, resp any) func(*http.Response) error {
+	return func(res *http.Response) error {
+		if resp == nil {
+			_, _ = io.Copy(io.Discard, res.Body)
+			return nil
+		}
+		if err := json.NewDecoder(res.Body).Decode(resp); err != nil {
+			return fmt.Errorf("moat client: %s: decoding the answer: %w", op.Name, ctxErr(ctx, err))
+		}
+		return nil
+	}
 }
 
 // readError decodes the api.Error of a failed answer; a body that is not
@@ -162,100 +178,55 @@ func readError(res *http.Response) error {
 }
 
 func (t *httpTransport) call(ctx context.Context, op api.Op, req, resp any) error {
-	body, ct, err := jsonBody(op, req)
-	if err != nil {
-		return err
-	}
-	r, err := t.request(ctx, op, req, body, ct, mediaJSON)
-	if err != nil {
-		return err
-	}
-	res, err := t.do(op, r)
-	if err != nil {
-		return err
-	}
-	defer res.Body.Close()
-	if resp == nil {
-		_, _ = io.Copy(io.Discard, res.Body)
-		return nil
-	}
-	if err := json.NewDecoder(res.Body).Decode(resp); err != nil {
-		return fmt.Errorf("moat client: %s: decoding the answer: %w", op.Name, ctxErr(ctx, err))
-	}
-	return nil
+	return t.exchange(ctx, op, req, nil, "", mediaJSON, decodeAnswer(ctx, op, resp))
 }
 
 func (t *httpTransport) stream(ctx context.Context, op api.Op, req any, onEvent func(api.Event) error, resp any) error {
-	body, ct, err := jsonBody(op, req)
-	if err != nil {
-		return err
-	}
-	r, err := t.request(ctx, op, req, body, ct, mediaNDJSON+", "+mediaJSON)
-	if err != nil {
-		return err
-	}
-	res, err := t.do(op, r)
-	if err != nil {
-		return err
-	}
-	defer res.Body.Close()
-	media, _, _ := mime.ParseMediaType(res.Header.Get("Content-Type"))
-	if media == mediaJSON && op.Out == api.BodyJSON {
-		// A server that answered an exec in one piece.
-		if err := json.NewDecoder(res.Body).Decode(resp); err != nil {
-			return fmt.Errorf("moat client: %s: decoding the answer: %w", op.Name, ctxErr(ctx, err))
+	return t.exchange(ctx, op, req, nil, "", mediaNDJSON+", "+mediaJSON, func(res *http.Response) error {
+		media, _, _ := mime.ParseMediaType(res.Header.Get("Content-Type"))
+		if media == mediaJSON && op.Out == api.BodyJSON {
+			// A server that answered an exec in one piece.
+			return decodeAnswer(ctx, op, resp)(res)
 		}
-		return nil
-	}
-	dec := json.NewDecoder(res.Body)
-	for {
-		var ev api.Event
-		if err := dec.Decode(&ev); err != nil {
-			if err == io.EOF {
-				if op.Out == api.BodyJSON {
-					// An exec's stream must end with its exit or error.
-					return fmt.Errorf("moat client: %s: the stream ended before the process's exit: %w", op.Name, io.ErrUnexpectedEOF)
+		dec := json.NewDecoder(res.Body)
+		for {
+			var ev api.Event
+			if err := dec.Decode(&ev); err != nil {
+				if err == io.EOF {
+					if op.Out == api.BodyJSON {
+						// An exec's stream must end with its exit or error.
+						return fmt.Errorf("moat client: %s: the stream ended before the process's exit: %w", op.Name, io.ErrUnexpectedEOF)
+					}
+					return nil
 				}
-				return nil
+				return fmt.Errorf("moat client: %s: reading the event stream: %w", op.Name, ctxErr(ctx, err))
 			}
-			return fmt.Errorf("moat client: %s: reading the event stream: %w", op.Name, ctxErr(ctx, err))
-		}
-		switch ev.Type {
-		case api.EventError:
-			if ev.Error == nil {
-				ev.Error = &api.Error{Code: api.CodeInternal, Message: "the stream failed without saying why"}
+			var failure error
+			switch ev.Type {
+			case api.EventError:
+				failure = eventError(&ev)
+			case api.EventExit:
+				if r, ok := resp.(*sandbox.Result); ok && ev.Result != nil {
+					*r = *ev.Result
+				}
 			}
-		case api.EventExit:
-			if r, ok := resp.(*sandbox.Result); ok && ev.Result != nil {
-				*r = *ev.Result
+			if err := onEvent(ev); err != nil {
+				return err
+			}
+			if failure != nil || ev.Type == api.EventExit {
+				return failure // the stream's last event
 			}
 		}
-		if err := onEvent(ev); err != nil {
-			return err
-		}
-		switch ev.Type {
-		case api.EventError:
-			return ev.Error
-		case api.EventExit:
-			return nil
-		}
-	}
+	})
 }
 
 func (t *httpTransport) readRaw(ctx context.Context, op api.Op, req any, w io.Writer) error {
-	r, err := t.request(ctx, op, req, nil, "", "*/*")
-	if err != nil {
-		return err
-	}
-	res, err := t.do(op, r)
-	if err != nil {
-		return err
-	}
-	defer res.Body.Close()
-	if _, err := io.Copy(w, res.Body); err != nil {
-		return fmt.Errorf("moat client: %s: %w", op.Name, ctxErr(ctx, err))
-	}
-	return nil
+	return t.exchange(ctx, op, req, nil, "", "*/*", func(res *http.Response) error {
+		if _, err := io.Copy(w, res.Body); err != nil {
+			return fmt.Errorf("moat client: %s: %w", op.Name, ctxErr(ctx, err))
+		}
+		return nil
+	})
 }
 
 func (t *httpTransport) writeRaw(ctx context.Context, op api.Op, req *api.WriteFile, body io.Reader, resp *api.Written) error {
@@ -263,19 +234,7 @@ func (t *httpTransport) writeRaw(ctx context.Context, op api.Op, req *api.WriteF
 	if op.Name == api.OpFileUpload {
 		ct = mediaTar
 	}
-	r, err := t.request(ctx, op, req, body, ct, mediaJSON)
-	if err != nil {
-		return err
-	}
-	res, err := t.do(op, r)
-	if err != nil {
-		return err
-	}
-	defer res.Body.Close()
-	if err := json.NewDecoder(res.Body).Decode(resp); err != nil {
-		return fmt.Errorf("moat client: %s: decoding the answer: %w", op.Name, ctxErr(ctx, err))
-	}
-	return nil
+	return t.exchange(ctx, op, req, body, ct, mediaJSON, decodeAnswer(ctx, op, resp))
 }
 
 // ctxErr prefers the context's error to the I/O error it caused.

@@ -70,6 +70,19 @@ func decodeBody(t *testing.T, r *http.Request, v any) {
 	}
 }
 
+// expectBody is a handler that checks that the JSON request body is want
+// and answers ok.
+func expectBody[T comparable](t *testing.T, want T) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var got T
+		decodeBody(t, r, &got)
+		if got != want {
+			t.Errorf("%s %s: body %+v, want %+v", r.Method, r.URL.Path, got, want)
+		}
+		writeJSON(w, 200, api.OK{OK: true})
+	}
+}
+
 func checkQuery(t *testing.T, r *http.Request, want string) {
 	t.Helper()
 	w, _ := url.ParseQuery(want)
@@ -155,30 +168,9 @@ func TestHTTPFiles(t *testing.T) {
 		checkQuery(t, r, "path=/workspace/l")
 		writeJSON(w, 200, sandbox.FileInfo{Name: "l", Type: "symlink", Target: "a"})
 	})
-	mux.HandleFunc("POST /v1/sandboxes/sb-1/files/mkdir", func(w http.ResponseWriter, r *http.Request) {
-		var req api.Mkdir
-		decodeBody(t, r, &req)
-		if req != (api.Mkdir{Sandbox: "sb-1", Path: "/workspace/x/y", Parents: true}) {
-			t.Errorf("mkdir %+v", req)
-		}
-		writeJSON(w, 200, api.OK{OK: true})
-	})
-	mux.HandleFunc("POST /v1/sandboxes/sb-1/files/remove", func(w http.ResponseWriter, r *http.Request) {
-		var req api.Remove
-		decodeBody(t, r, &req)
-		if req != (api.Remove{Sandbox: "sb-1", Path: "/workspace/x", Recursive: true}) {
-			t.Errorf("remove %+v", req)
-		}
-		writeJSON(w, 200, api.OK{OK: true})
-	})
-	mux.HandleFunc("POST /v1/sandboxes/sb-1/files/move", func(w http.ResponseWriter, r *http.Request) {
-		var req api.Move
-		decodeBody(t, r, &req)
-		if req != (api.Move{Sandbox: "sb-1", From: "a", To: "b"}) {
-			t.Errorf("move %+v", req)
-		}
-		writeJSON(w, 200, api.OK{OK: true})
-	})
+	mux.HandleFunc("POST /v1/sandboxes/sb-1/files/mkdir", expectBody(t, api.Mkdir{Sandbox: "sb-1", Path: "/workspace/x/y", Parents: true}))
+	mux.HandleFunc("POST /v1/sandboxes/sb-1/files/remove", expectBody(t, api.Remove{Sandbox: "sb-1", Path: "/workspace/x", Recursive: true}))
+	mux.HandleFunc("POST /v1/sandboxes/sb-1/files/move", expectBody(t, api.Move{Sandbox: "sb-1", From: "a", To: "b"}))
 	mux.HandleFunc("PUT /v1/sandboxes/sb-1/archive", func(w http.ResponseWriter, r *http.Request) {
 		checkQuery(t, r, "path=/workspace/dst")
 		if ct := r.Header.Get("Content-Type"); ct != "application/x-tar" {

@@ -34,22 +34,24 @@ func (s *Sandbox) Snapshot() *api.Sandbox { return s.snap.Load() }
 
 // Info describes the sandbox.
 func (s *Sandbox) Info(ctx context.Context) (*api.Sandbox, error) {
-	var info api.Sandbox
-	if err := s.c.call(ctx, api.OpSandboxGet, api.SandboxRef{Sandbox: s.id}, &info); err != nil {
-		return nil, err
-	}
-	s.snap.Store(&info)
-	return &info, nil
+	return s.describe(ctx, api.OpSandboxGet)
 }
 
 // Delete kills every process of the sandbox and removes it.
 func (s *Sandbox) Delete(ctx context.Context) error {
+	_, err := s.describe(ctx, api.OpSandboxDelete)
+	return err
+}
+
+// describe calls the operation name on the sandbox and keeps the
+// description it answers as the snapshot.
+func (s *Sandbox) describe(ctx context.Context, name string) (*api.Sandbox, error) {
 	var info api.Sandbox
-	if err := s.c.call(ctx, api.OpSandboxDelete, api.SandboxRef{Sandbox: s.id}, &info); err != nil {
-		return err
+	if err := s.c.call(ctx, name, api.SandboxRef{Sandbox: s.id}, &info); err != nil {
+		return nil, err
 	}
 	s.snap.Store(&info)
-	return nil
+	return &info, nil
 }
 
 // Exec runs a process to completion and returns its result (output
@@ -110,10 +112,7 @@ func streamEvents(ctx context.Context, c *Client, name string, req, resp any, yi
 			terminal = true
 		case api.EventError:
 			terminal = true
-			if ev.Error == nil {
-				ev.Error = &api.Error{Code: api.CodeInternal, Message: "the stream failed without saying why"}
-			}
-			everr = ev.Error
+			everr = eventError(&ev)
 		}
 		if !yield(ev, everr) {
 			stopped = true
@@ -131,6 +130,15 @@ func streamEvents(ctx context.Context, c *Client, name string, req, resp any, yi
 		return true, false
 	}
 	return terminal, true
+}
+
+// eventError is the failure an error event reports; an event that names
+// none is given an internal error.
+func eventError(ev *api.Event) error {
+	if ev.Error == nil {
+		ev.Error = &api.Error{Code: api.CodeInternal, Message: "the stream failed without saying why"}
+	}
+	return ev.Error
 }
 
 // errorEvent is the error event of a failed call. A failure the daemon

@@ -455,11 +455,26 @@ func TestThousandRuns(t *testing.T) {
 		t.Skip("-short")
 	}
 	mounts := mountCount(t)
-	tmpBefore, _ := os.ReadDir(os.TempDir())
+	// Other test binaries run beside this one and use /tmp: moat's runs
+	// get a temp dir of their own, and /tmp is checked for moat's names.
+	private := t.TempDir()
+	moatTmp := func() []string {
+		var names []string
+		ents, _ := os.ReadDir(os.TempDir())
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), "moat") && !strings.HasPrefix(e.Name(), "moat-test-bin-") {
+				names = append(names, e.Name())
+			}
+		}
+		return names
+	}
+	tmpBefore := moatTmp()
 	moat := testutil.Moat(t)
 	start := time.Now()
 	for i := range 1000 {
-		if err := exec.Command(moat, "run", "--", "true").Run(); err != nil {
+		cmd := exec.Command(moat, "run", "--", "true")
+		cmd.Env = append(os.Environ(), "TMPDIR="+private)
+		if err := cmd.Run(); err != nil {
 			var ee *exec.ExitError
 			errors.As(err, &ee)
 			t.Fatalf("run %d: %v", i, err)
@@ -472,13 +487,11 @@ func TestThousandRuns(t *testing.T) {
 	if stale := staleCgroups(t); len(stale) > 0 {
 		t.Fatalf("cgroups left behind: %v", stale)
 	}
-	tmpAfter, _ := os.ReadDir(os.TempDir())
-	if len(tmpAfter) > len(tmpBefore) {
-		var names []string
-		for _, e := range tmpAfter {
-			names = append(names, e.Name())
-		}
-		t.Fatalf("temp dir grew from %d to %d entries: %v", len(tmpBefore), len(tmpAfter), names)
+	if left, _ := os.ReadDir(private); len(left) > 0 {
+		t.Fatalf("runs left %d entries in their TMPDIR", len(left))
+	}
+	if after := moatTmp(); len(after) > len(tmpBefore) {
+		t.Fatalf("moat's entries in %s grew from %v to %v", os.TempDir(), tmpBefore, after)
 	}
 }
 

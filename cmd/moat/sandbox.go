@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"iter"
 	"net"
 	"os"
 	"os/signal"
@@ -60,16 +61,6 @@ type sandboxIO struct {
 	stdout, stderr io.Writer
 }
 
-// subcommand is one command of `moat sandbox`.
-type subcommand struct {
-	name, usage, short, long string
-	setup                    func(fs *pflag.FlagSet)
-	run                      func(ctx context.Context, sio sandboxIO, args []string) error
-	// interspersed lets flags follow positional args; the command line
-	// of exec and start then goes after --.
-	interspersed bool
-}
-
 // sandboxCommand is `moat sandbox`: a client of a running daemon.
 func sandboxCommand() *command {
 	return &command{
@@ -84,8 +75,11 @@ func sandboxCommand() *command {
 	}
 }
 
-func sandboxSubcommands() []*subcommand {
-	return []*subcommand{sbCreate(), sbList(), sbExec(), sbStart(), sbPs(), sbLogs(), sbCopy(), sbRemove()}
+// sandboxSubcommands are the commands of `moat sandbox`, reading and
+// writing sio. Those with interspersed set take the command line of exec
+// and start after --.
+func sandboxSubcommands(sio sandboxIO) []*command {
+	return []*command{sbCreate(sio), sbList(sio), sbExec(sio), sbStart(sio), sbPs(sio), sbLogs(sio), sbCopy(sio), sbRemove(sio)}
 }
 
 // runSandbox dispatches `moat sandbox COMMAND ARGS...`.
@@ -100,8 +94,8 @@ func runSandbox(ctx context.Context, args []string, sio sandboxIO) error {
 		}
 		args = []string{args[1], "--help"}
 	}
-	var sub *subcommand
-	for _, s := range sandboxSubcommands() {
+	var sub *command
+	for _, s := range sandboxSubcommands(sio) {
 		if s.name == args[0] {
 			sub = s
 		}
@@ -127,7 +121,7 @@ func runSandbox(ctx context.Context, args []string, sio sandboxIO) error {
 		}
 		return usageError("%s: %v (see 'moat sandbox %s --help'%s)", sub.name, err, sub.name, hint)
 	}
-	err := sub.run(ctx, sio, fl.Args())
+	err := sub.run(ctx, fl.Args())
 	var opErr *net.OpError
 	if errors.As(err, &opErr) && opErr.Op == "dial" {
 		u := os.Getenv("MOAT_URL")
@@ -139,12 +133,18 @@ func runSandbox(ctx context.Context, args []string, sio sandboxIO) error {
 	return err
 }
 
-// connect makes a client of the daemon named by the environment.
-func connect() (*client.Client, error) {
+// withClient calls fn with a client of the daemon named by the
+// environment and closes it after.
+func withClient(fn func(c *client.Client) error) error {
 	if m := os.Getenv("MOAT_MODE"); m != "" && m != client.ModeHTTP {
-		return nil, usageError("MOAT_MODE=%s: 'moat sandbox' talks to a running daemon over HTTP (MOAT_URL, MOAT_TOKEN)", m)
+		return usageError("MOAT_MODE=%s: 'moat sandbox' talks to a running daemon over HTTP (MOAT_URL, MOAT_TOKEN)", m)
 	}
-	return client.New(client.WithHTTPFromEnv())
+	c, err := client.New(client.WithHTTPFromEnv())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return fn(c)
 }
 
 // interruptible returns ctx cancelled by SIGINT or SIGTERM.
@@ -160,6 +160,33 @@ func printJSONTo(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// printMade prints what create or start made: its id, or with asJSON
+// its description.
+func printMade(w io.Writer, asJSON bool, id, description any) error {
+	if asJSON {
+		return printJSONTo(w, description)
+	}
+	_, err := fmt.Fprintln(w, id)
+	return err
+}
+
+// printList prints items as a JSON array, or as a table under header
+// with a line made by row for each item.
+func printList[T any](w io.Writer, asJSON bool, items []T, header string, row func(T) string) error {
+	if asJSON {
+		if items == nil {
+			items = []T{}
+		}
+		return printJSONTo(w, items)
+	}
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for _, item := range items {
+		fmt.Fprintln(tw, row(item))
+	}
+	return tw.Flush()
 }
 
 // durationMs converts a flag's duration to milliseconds (a positive
@@ -188,7 +215,7 @@ func absHostPath(p string) (string, error) {
 	return a, nil
 }
 
-func sbCreate() *subcommand {
+func sbCreate(sio sandboxIO) *command {
 	var (
 		f              runFlags
 		timeout, idle  time.Duration
@@ -196,7 +223,7 @@ func sbCreate() *subcommand {
 		labels, ro, rw []string
 		asJSON         bool
 	)
-	return &subcommand{
+	return &command{
 		name:  "create",
 		usage: "[flags]",
 		short: "Create a sandbox and print its id",
@@ -219,7 +246,7 @@ them.`,
 			fl.StringArrayVarP(&labels, "label", "l", nil, "label the sandbox `KEY=VALUE` (repeatable)")
 			fl.BoolVar(&asJSON, "json", false, "print the sandbox's description as JSON")
 		},
-		run: func(ctx context.Context, sio sandboxIO, args []string) error {
+		run: func(ctx context.Context, args []string) error {
 			if len(args) > 0 {
 				return usageError("create takes no arguments")
 			}
@@ -257,27 +284,20 @@ them.`,
 				}
 				req.Labels[k] = v
 			}
-			c, err := connect()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			sb, err := c.CreateSandbox(ctx, req)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSONTo(sio.stdout, sb.Snapshot())
-			}
-			_, err = fmt.Fprintln(sio.stdout, sb.ID())
-			return err
+			return withClient(func(c *client.Client) error {
+				sb, err := c.CreateSandbox(ctx, req)
+				if err != nil {
+					return err
+				}
+				return printMade(sio.stdout, asJSON, sb.ID(), sb.Snapshot())
+			})
 		},
 	}
 }
 
-func sbList() *subcommand {
+func sbList(sio sandboxIO) *command {
 	var asJSON, all bool
-	return &subcommand{
+	return &command{
 		name:  "ls",
 		usage: "[--all] [--json]",
 		short: "List sandboxes",
@@ -286,40 +306,28 @@ func sbList() *subcommand {
 			fl.BoolVarP(&all, "all", "a", false, "include sandboxes that stopped recently")
 			fl.BoolVar(&asJSON, "json", false, "print the list as JSON")
 		},
-		run: func(ctx context.Context, sio sandboxIO, args []string) error {
+		run: func(ctx context.Context, args []string) error {
 			if len(args) > 0 {
 				return usageError("ls takes no arguments")
 			}
-			c, err := connect()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
 			req := api.ListSandboxes{State: api.StateRunning}
 			if all {
 				req.State = ""
 			}
-			list, err := c.ListSandboxes(ctx, req)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				if list == nil {
-					list = []api.Sandbox{}
+			return withClient(func(c *client.Client) error {
+				list, err := c.ListSandboxes(ctx, req)
+				if err != nil {
+					return err
 				}
-				return printJSONTo(sio.stdout, list)
-			}
-			tw := tabwriter.NewWriter(sio.stdout, 0, 8, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSTATE\tCREATED\tLAST ACTIVE\tPROCS\tLABELS")
-			now := time.Now()
-			for _, s := range list {
-				state := s.State
-				if s.EndReason != "" {
-					state += " (" + s.EndReason + ")"
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", s.ID, state, ago(now, s.CreatedAt), ago(now, s.LastActiveAt), s.Running, formatLabels(s.Labels))
-			}
-			return tw.Flush()
+				now := time.Now()
+				return printList(sio.stdout, asJSON, list, "ID\tSTATE\tCREATED\tLAST ACTIVE\tPROCS\tLABELS", func(s api.Sandbox) string {
+					state := s.State
+					if s.EndReason != "" {
+						state += " (" + s.EndReason + ")"
+					}
+					return fmt.Sprintf("%s\t%s\t%s\t%s\t%d\t%s", s.ID, state, ago(now, s.CreatedAt), ago(now, s.LastActiveAt), s.Running, formatLabels(s.Labels))
+				})
+			})
 		},
 	}
 }
@@ -436,16 +444,16 @@ Examples:
   echo 'print(6*7)' | moat sandbox exec -i sb-123 -- python3
   moat sandbox exec --json sb-123 --sh 'make test'`
 
-func sbExec() *subcommand {
+func sbExec(sio sandboxIO) *command {
 	var f execFlags
-	return &subcommand{
+	return &command{
 		name:         "exec",
 		usage:        "[flags] SANDBOX -- COMMAND [ARG...]   |   moat sandbox exec [flags] SANDBOX --sh 'STRING'",
 		short:        "Run a command in a sandbox and stream its output",
 		long:         execLong,
 		setup:        func(fl *pflag.FlagSet) { f.declare(fl, true) },
 		interspersed: true,
-		run: func(ctx context.Context, sio sandboxIO, args []string) error {
+		run: func(ctx context.Context, args []string) error {
 			err := runExec(ctx, sio, &f, args)
 			var ee *exitError
 			if err != nil && f.json && !errors.As(err, &ee) {
@@ -466,46 +474,26 @@ func runExec(ctx context.Context, sio sandboxIO, f *execFlags, args []string) er
 	if err != nil {
 		return err
 	}
-	c, err := connect()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	ctx, stop := interruptible(ctx)
-	defer stop()
-	sb := c.Sandbox(id)
 	var res *sandbox.Result
-	if f.json {
-		res, err = sb.Exec(ctx, req)
-		if err == nil {
-			err = printJSONTo(sio.stdout, res)
+	err = withClient(func(c *client.Client) error {
+		ctx, stop := interruptible(ctx)
+		defer stop()
+		sb := c.Sandbox(id)
+		var err error
+		if f.json {
+			if res, err = sb.Exec(ctx, req); err == nil {
+				err = printJSONTo(sio.stdout, res)
+			}
+		} else {
+			res, err = copyOutput(sio, sb.ExecStream(ctx, req), "moat: output was dropped here (the daemon's buffer overflowed)")
 		}
-	} else {
-		for ev, everr := range sb.ExecStream(ctx, req) {
-			if everr != nil {
-				err = everr
-				break
-			}
-			switch ev.Type {
-			case api.EventStdout:
-				_, err = sio.stdout.Write(ev.Output())
-			case api.EventStderr:
-				_, err = sio.stderr.Write(ev.Output())
-			case api.EventLost:
-				fmt.Fprintln(sio.stderr, "moat: output was dropped here (the daemon's buffer overflowed)")
-			case api.EventExit:
-				res = ev.Result
-			}
-			if err != nil {
-				break
-			}
-		}
-	}
-	if err != nil {
-		if ctx.Err() != nil {
+		if err != nil && ctx.Err() != nil {
 			fmt.Fprintln(sio.stderr, "moat: interrupted; the command was abandoned")
 			return &exitError{code: exitInterrupted}
 		}
+		return err
+	})
+	if err != nil {
 		return err
 	}
 	if res == nil {
@@ -524,9 +512,35 @@ func runExec(ctx context.Context, sio sandboxIO, f *execFlags, args []string) er
 	return nil
 }
 
-func sbStart() *subcommand {
+// copyOutput writes the output events of events to stdout and stderr, and
+// the line lost to stderr where output was lost, until the stream ends or
+// fails; it returns the result of its exit event, if any.
+func copyOutput(sio sandboxIO, events iter.Seq2[api.Event, error], lost string) (*sandbox.Result, error) {
+	var res *sandbox.Result
+	for ev, err := range events {
+		if err != nil {
+			return nil, err
+		}
+		switch ev.Type {
+		case api.EventStdout:
+			_, err = sio.stdout.Write(ev.Output())
+		case api.EventStderr:
+			_, err = sio.stderr.Write(ev.Output())
+		case api.EventLost:
+			fmt.Fprintln(sio.stderr, lost)
+		case api.EventExit:
+			res = ev.Result
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func sbStart(sio sandboxIO) *command {
 	var f execFlags
-	return &subcommand{
+	return &command{
 		name:  "start",
 		usage: "[flags] SANDBOX -- COMMAND [ARG...]   |   moat sandbox start [flags] SANDBOX --sh 'STRING'",
 		short: "Start a command in the background and print its process id",
@@ -534,32 +548,25 @@ func sbStart() *subcommand {
 read its output with 'moat sandbox logs SANDBOX ID'.`,
 		setup:        func(fl *pflag.FlagSet) { f.declare(fl, false) },
 		interspersed: true,
-		run: func(ctx context.Context, sio sandboxIO, args []string) error {
+		run: func(ctx context.Context, args []string) error {
 			id, req, err := f.request("start", args, sio.stdin)
 			if err != nil {
 				return err
 			}
-			c, err := connect()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			p, err := c.Sandbox(id).Start(ctx, req)
-			if err != nil {
-				return err
-			}
-			if f.json {
-				return printJSONTo(sio.stdout, p.Snapshot())
-			}
-			_, err = fmt.Fprintln(sio.stdout, p.ID())
-			return err
+			return withClient(func(c *client.Client) error {
+				p, err := c.Sandbox(id).Start(ctx, req)
+				if err != nil {
+					return err
+				}
+				return printMade(sio.stdout, f.json, p.ID(), p.Snapshot())
+			})
 		},
 	}
 }
 
-func sbPs() *subcommand {
+func sbPs(sio sandboxIO) *command {
 	var asJSON bool
-	return &subcommand{
+	return &command{
 		name:  "ps",
 		usage: "[--json] SANDBOX",
 		short: "List a sandbox's processes",
@@ -567,47 +574,35 @@ func sbPs() *subcommand {
 		setup: func(fl *pflag.FlagSet) {
 			fl.BoolVar(&asJSON, "json", false, "print the list as JSON")
 		},
-		run: func(ctx context.Context, sio sandboxIO, args []string) error {
+		run: func(ctx context.Context, args []string) error {
 			if len(args) != 1 {
 				return usageError("ps takes one sandbox id")
 			}
-			c, err := connect()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			procs, err := c.Sandbox(args[0]).Processes(ctx)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				if procs == nil {
-					procs = []api.Process{}
+			return withClient(func(c *client.Client) error {
+				procs, err := c.Sandbox(args[0]).Processes(ctx)
+				if err != nil {
+					return err
 				}
-				return printJSONTo(sio.stdout, procs)
-			}
-			tw := tabwriter.NewWriter(sio.stdout, 0, 8, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSTATE\tSTARTED\tEXIT\tCOMMAND")
-			now := time.Now()
-			for _, p := range procs {
-				exit := "-"
-				if p.Result != nil {
-					exit = strconv.Itoa(p.Result.ExitCode)
-					if p.Result.ExitReason != "" && p.Result.ExitReason != sandbox.ReasonExited {
-						exit += " (" + string(p.Result.ExitReason) + ")"
+				now := time.Now()
+				return printList(sio.stdout, asJSON, procs, "ID\tSTATE\tSTARTED\tEXIT\tCOMMAND", func(p api.Process) string {
+					exit := "-"
+					if p.Result != nil {
+						exit = strconv.Itoa(p.Result.ExitCode)
+						if p.Result.ExitReason != "" && p.Result.ExitReason != sandbox.ReasonExited {
+							exit += " (" + string(p.Result.ExitReason) + ")"
+						}
 					}
-				}
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", p.ID, p.State, ago(now, p.StartedAt), exit, strings.Join(p.Args, " "))
-			}
-			return tw.Flush()
+					return fmt.Sprintf("%d\t%s\t%s\t%s\t%s", p.ID, p.State, ago(now, p.StartedAt), exit, strings.Join(p.Args, " "))
+				})
+			})
 		},
 	}
 }
 
-func sbLogs() *subcommand {
+func sbLogs(sio sandboxIO) *command {
 	var follow bool
 	var after uint64
-	return &subcommand{
+	return &command{
 		name:  "logs",
 		usage: "[--follow] [--after N] SANDBOX PROCESS",
 		short: "Print the output of a background process",
@@ -618,7 +613,7 @@ holds) to stdout and stderr; with --follow, go on until it ends.`,
 			fl.Uint64Var(&after, "after", 0, "start after the event with sequence number `N`")
 		},
 		interspersed: true,
-		run: func(ctx context.Context, sio sandboxIO, args []string) error {
+		run: func(ctx context.Context, args []string) error {
 			if len(args) != 2 {
 				return usageError("logs takes a sandbox id and a process id")
 			}
@@ -626,66 +621,45 @@ holds) to stdout and stderr; with --follow, go on until it ends.`,
 			if err != nil {
 				return usageError("logs: process id %q is not a number", args[1])
 			}
-			c, err := connect()
-			if err != nil {
+			return withClient(func(c *client.Client) error {
+				ctx, stop := interruptible(ctx)
+				defer stop()
+				_, err := copyOutput(sio, c.Sandbox(args[0]).Process(pid).Output(ctx, after, follow), "moat: earlier output was dropped from the daemon's buffer")
+				if err != nil && ctx.Err() != nil {
+					return &exitError{code: exitInterrupted}
+				}
 				return err
-			}
-			defer c.Close()
-			ctx, stop := interruptible(ctx)
-			defer stop()
-			for ev, everr := range c.Sandbox(args[0]).Process(pid).Output(ctx, after, follow) {
-				if everr != nil {
-					if ctx.Err() != nil {
-						return &exitError{code: exitInterrupted}
-					}
-					return everr
-				}
-				switch ev.Type {
-				case api.EventStdout:
-					_, err = sio.stdout.Write(ev.Output())
-				case api.EventStderr:
-					_, err = sio.stderr.Write(ev.Output())
-				case api.EventLost:
-					fmt.Fprintln(sio.stderr, "moat: earlier output was dropped from the daemon's buffer")
-				}
-				if err != nil {
-					return err
-				}
-			}
-			return nil
+			})
 		},
 	}
 }
 
-func sbRemove() *subcommand {
-	return &subcommand{
+func sbRemove(sio sandboxIO) *command {
+	return &command{
 		name:  "rm",
 		usage: "SANDBOX...",
 		short: "Delete sandboxes",
 		long:  "Kill every process of each sandbox named and remove it; print each id deleted.",
 		setup: func(*pflag.FlagSet) {},
-		run: func(ctx context.Context, sio sandboxIO, args []string) error {
+		run: func(ctx context.Context, args []string) error {
 			if len(args) == 0 {
 				return usageError("rm takes one or more sandbox ids")
 			}
-			c, err := connect()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			failed := false
-			for _, id := range args {
-				if err := c.Sandbox(id).Delete(ctx); err != nil {
-					fmt.Fprintf(sio.stderr, "moat sandbox rm: %s: %v\n", id, err)
-					failed = true
-					continue
+			return withClient(func(c *client.Client) error {
+				failed := false
+				for _, id := range args {
+					if err := c.Sandbox(id).Delete(ctx); err != nil {
+						fmt.Fprintf(sio.stderr, "moat sandbox rm: %s: %v\n", id, err)
+						failed = true
+						continue
+					}
+					fmt.Fprintln(sio.stdout, id)
 				}
-				fmt.Fprintln(sio.stdout, id)
-			}
-			if failed {
-				return &exitError{code: sandbox.ExitSetupFailed}
-			}
-			return nil
+				if failed {
+					return &exitError{code: sandbox.ExitSetupFailed}
+				}
+				return nil
+			})
 		},
 	}
 }
@@ -705,14 +679,14 @@ Examples:
   moat sandbox cp sb-123:/workspace/out/report.json .
   moat sandbox cp - sb-123:/workspace/input.txt < input.txt`
 
-func sbCopy() *subcommand {
-	return &subcommand{
+func sbCopy(sio sandboxIO) *command {
+	return &command{
 		name:  "cp",
 		usage: "SRC DST   (one of them SANDBOX:PATH)",
 		short: "Copy a file or directory between the host and a sandbox",
 		long:  cpLong,
 		setup: func(*pflag.FlagSet) {},
-		run: func(ctx context.Context, sio sandboxIO, args []string) error {
+		run: func(ctx context.Context, args []string) error {
 			if len(args) != 2 {
 				return usageError("cp takes a source and a destination")
 			}
@@ -721,17 +695,14 @@ func sbCopy() *subcommand {
 			if srcRemote == dstRemote {
 				return usageError("cp: exactly one of SRC and DST must be SANDBOX:PATH")
 			}
-			c, err := connect()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, stop := interruptible(ctx)
-			defer stop()
-			if dstRemote {
-				return copyIn(ctx, sio, c.Sandbox(dstID), args[0], dstPath)
-			}
-			return copyOut(ctx, sio, c.Sandbox(srcID), srcPath, args[1])
+			return withClient(func(c *client.Client) error {
+				ctx, stop := interruptible(ctx)
+				defer stop()
+				if dstRemote {
+					return copyIn(ctx, sio, c.Sandbox(dstID), args[0], dstPath)
+				}
+				return copyOut(ctx, sio, c.Sandbox(srcID), srcPath, args[1])
+			})
 		},
 	}
 }
@@ -795,19 +766,11 @@ func copyIn(ctx context.Context, sio sandboxIO, sb *client.Sandbox, src, dst str
 		if err != nil {
 			return err
 		}
-		pr, pw := io.Pipe()
-		tarErr := make(chan error, 1)
-		go func() {
-			err := writeTar(pw, root, name, sio.stderr)
-			pw.CloseWithError(err)
-			tarErr <- err
-		}()
-		err = sb.Upload(ctx, dir, pr)
-		pr.Close() // a writer still going stops
-		if terr := <-tarErr; terr != nil && !errors.Is(terr, io.ErrClosedPipe) {
-			return terr
-		}
-		return err
+		return pipe(func(w io.Writer) error {
+			return writeTar(w, root, name, sio.stderr)
+		}, func(r io.Reader) error {
+			return sb.Upload(ctx, dir, r)
+		})
 	}
 	return fmt.Errorf("%s is neither a regular file nor a directory", src)
 }
@@ -891,23 +854,35 @@ func copyOut(ctx context.Context, sio sandboxIO, sb *client.Sandbox, src, dst st
 			target = filepath.Join(dst, base)
 		}
 	}
+	return pipe(func(w io.Writer) error {
+		return sb.Download(ctx, src, w)
+	}, func(r io.Reader) error {
+		return extractTar(r, target, sio.stderr)
+	})
+}
+
+// errPipeStopped ends the writes of a producer whose consumer has ended.
+var errPipeStopped = errors.New("the reader stopped")
+
+// pipe runs produce, in a goroutine of its own, writing what consume
+// reads. A failure of produce explains a failure best (a failed download
+// leaves a truncated archive); a producer that failed only because
+// consume stopped reading (ended, or closed the pipe) is not a failure.
+func pipe(produce func(io.Writer) error, consume func(io.Reader) error) error {
 	pr, pw := io.Pipe()
-	dlErr := make(chan error, 1)
+	produced := make(chan error, 1)
 	go func() {
-		err := sb.Download(ctx, src, pw)
+		err := produce(pw)
 		pw.CloseWithError(err)
-		dlErr <- err
+		produced <- err
 	}()
-	err := extractTar(pr, target, sio.stderr)
-	pr.CloseWithError(errExtractStopped) // the download stops writing
-	if derr := <-dlErr; derr != nil && !errors.Is(derr, errExtractStopped) {
-		return derr // explains a failed extraction best
+	err := consume(pr)
+	pr.CloseWithError(errPipeStopped) // a producer still writing stops
+	if perr := <-produced; perr != nil && !errors.Is(perr, errPipeStopped) && !errors.Is(perr, io.ErrClosedPipe) {
+		return perr
 	}
 	return err
 }
-
-// errExtractStopped ends a download whose extraction has ended.
-var errExtractStopped = errors.New("extraction stopped")
 
 // extractTar extracts an archive of one file or tree (every entry under
 // one top name) as target. Entries below the top are created through an
