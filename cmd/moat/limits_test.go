@@ -456,14 +456,16 @@ func TestThousandRuns(t *testing.T) {
 	}
 	mounts := mountCount(t)
 	// Other test binaries run beside this one and use /tmp: moat's runs
-	// get a temp dir of their own, and /tmp is checked for moat's names.
+	// get a temp dir of their own, and /tmp is checked for the names of
+	// the only temporary files moat makes (spills).
 	private := t.TempDir()
 	moatTmp := func() []string {
 		var names []string
 		ents, _ := os.ReadDir(os.TempDir())
 		for _, e := range ents {
-			if strings.HasPrefix(e.Name(), "moat") && !strings.HasPrefix(e.Name(), "moat-test-bin-") {
-				names = append(names, e.Name())
+			n := e.Name()
+			if strings.HasPrefix(n, "moat-") && (strings.HasSuffix(n, ".stdout") || strings.HasSuffix(n, ".stderr")) {
+				names = append(names, n)
 			}
 		}
 		return names
