@@ -254,7 +254,9 @@ func (s *Service) end(ctx context.Context, m *managed, reason string, c Caller) 
 		last := m.lastActive
 		m.mu.Unlock()
 		start := time.Now()
-		err := m.sb.Shutdown(ctx)
+		// The kill and the wait for the init are quick and must finish
+		// before the uid range is released, even if the caller has gone.
+		err := m.sb.Shutdown(context.WithoutCancel(ctx))
 		s.mu.Lock()
 		delete(s.sandboxes, m.info.ID)
 		s.mu.Unlock()
