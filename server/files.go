@@ -39,6 +39,16 @@ func (s *Service) fileOp(ctx context.Context, c Caller, in *input, kind, id stri
 	return resp, err
 }
 
+// decodeRead decodes a read or download and returns its byte cap.
+func (s *Service) decodeRead(in *input) (*api.FilePath, int64, error) {
+	req, err := decodeFile(in, filePath)
+	if err != nil {
+		return nil, 0, err
+	}
+	max, err := s.capBytes(req.MaxBytes)
+	return req, max, err
+}
+
 // capBytes lowers the server's cap to what the caller asked for.
 func (s *Service) capBytes(asked int64) (int64, error) {
 	if asked < 0 {
@@ -81,11 +91,7 @@ func filePath(r *api.FilePath) []string   { return []string{r.Path} }
 func writePath(r *api.WriteFile) []string { return []string{r.Path} }
 
 func (s *Service) readFile(ctx context.Context, c Caller, in *input) (any, error) {
-	req, err := decodeFile(in, filePath)
-	if err != nil {
-		return nil, err
-	}
-	max, err := s.capBytes(req.MaxBytes)
+	req, max, err := s.decodeRead(in)
 	if err != nil {
 		return nil, err
 	}
@@ -214,11 +220,7 @@ func (s *Service) upload(ctx context.Context, c Caller, in *input) (any, error) 
 }
 
 func (s *Service) download(ctx context.Context, c Caller, in *input) (any, error) {
-	req, err := decodeFile(in, filePath)
-	if err != nil {
-		return nil, err
-	}
-	max, err := s.capBytes(req.MaxBytes)
+	req, max, err := s.decodeRead(in)
 	if err != nil {
 		return nil, err
 	}

@@ -501,15 +501,38 @@ func (s *Store) GetSandbox(ctx context.Context, tenant, id string) (*Sandbox, er
 	if id == "" {
 		return nil, errors.New("store: get sandbox: empty id")
 	}
-	var sb Sandbox
-	err := scanSandbox(s.st.getSandbox.QueryRowContext(ctx, id, tenant), &sb)
+	return getRow(s.st.getSandbox.QueryRowContext(ctx, id, tenant), scanSandbox, "sandbox", id)
+}
+
+// getRow scans the one row a query returned; no row is ErrNotFound.
+func getRow[T any](row *sql.Row, scan func(scanner, *T) error, what, id string) (*T, error) {
+	v := new(T)
+	err := scan(row, v)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("store: get sandbox %q: %w", id, ErrNotFound)
+		return nil, fmt.Errorf("store: get %s %q: %w", what, id, ErrNotFound)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("store: get sandbox %q: %w", id, err)
+		return nil, fmt.Errorf("store: get %s %q: %w", what, id, err)
 	}
-	return &sb, nil
+	return v, nil
+}
+
+// scanRows scans every row of a query (its error included); the result
+// is empty, not nil, when there are none.
+func scanRows[T any](rows *sql.Rows, err error, scan func(scanner, *T) error) ([]T, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []T{}
+	for rows.Next() {
+		var v T
+		if err := scan(rows, &v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
 }
 
 // ListSandboxes returns the tenant's sandboxes in state (StateRunning,
@@ -527,19 +550,8 @@ func (s *Store) ListSandboxes(ctx context.Context, tenant, state string, limit i
 	default:
 		return nil, fmt.Errorf("store: list sandboxes: unknown state %q", state)
 	}
+	out, err := scanRows(rows, err, scanSandbox)
 	if err != nil {
-		return nil, fmt.Errorf("store: list sandboxes: %w", err)
-	}
-	defer rows.Close()
-	out := []Sandbox{}
-	for rows.Next() {
-		var sb Sandbox
-		if err := scanSandbox(rows, &sb); err != nil {
-			return nil, fmt.Errorf("store: list sandboxes: %w", err)
-		}
-		out = append(out, sb)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("store: list sandboxes: %w", err)
 	}
 	return out, nil
@@ -765,15 +777,7 @@ func (s *Store) GetCall(ctx context.Context, tenant, id string) (*Call, error) {
 	if id == "" {
 		return nil, errors.New("store: get call: empty id")
 	}
-	var c Call
-	err := scanCall(s.st.getCall.QueryRowContext(ctx, id, tenant), &c)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("store: get call %q: %w", id, ErrNotFound)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("store: get call %q: %w", id, err)
-	}
-	return &c, nil
+	return getRow(s.st.getCall.QueryRowContext(ctx, id, tenant), scanCall, "call", id)
 }
 
 // ListCalls returns the calls of the tenant's sandbox, oldest (by StartedAt)
@@ -785,19 +789,8 @@ func (s *Store) ListCalls(ctx context.Context, tenant, sandbox string, limit int
 		return nil, errors.New("store: list calls: empty sandbox id")
 	}
 	rows, err := s.st.listCalls.QueryContext(ctx, sandbox, tenant, clampLimit(limit))
+	out, err := scanRows(rows, err, scanCall)
 	if err != nil {
-		return nil, fmt.Errorf("store: list calls of %q: %w", sandbox, err)
-	}
-	defer rows.Close()
-	out := []Call{}
-	for rows.Next() {
-		var c Call
-		if err := scanCall(rows, &c); err != nil {
-			return nil, fmt.Errorf("store: list calls of %q: %w", sandbox, err)
-		}
-		out = append(out, c)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("store: list calls of %q: %w", sandbox, err)
 	}
 	return out, nil
