@@ -62,10 +62,18 @@ type exitError struct{ code int }
 
 func (e *exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
 
-// usageError is a command line moat cannot run; it exits 125.
+// errUsage marks a command line moat cannot run; it exits 125.
+var errUsage = errors.New("usage")
+
+// usageError is a command line moat cannot run; the message is shown as is.
 func usageError(format string, a ...any) error {
-	return fmt.Errorf("%w: %s", sandbox.ErrInvalidSpec, fmt.Sprintf(format, a...))
+	return &usage{msg: fmt.Sprintf(format, a...)}
 }
+
+type usage struct{ msg string }
+
+func (u *usage) Error() string { return u.msg }
+func (u *usage) Unwrap() error { return errUsage }
 
 func commands() []*command {
 	return []*command{runCommand(), serveCommand(), sandboxCommand(), doctorCommand(), versionCommand()}

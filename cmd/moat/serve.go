@@ -94,6 +94,14 @@ func runServe(ctx context.Context, f *serveFlags, args []string) error {
 	if len(args) > 0 {
 		return usageError("serve takes no arguments (got %q)", args[0])
 	}
+	switch {
+	case f.timeout <= 0 || f.timeout > server.DefaultMaxTimeout:
+		return usageError("--default-timeout %s: want a duration above 0 and at most %s", f.timeout, server.DefaultMaxTimeout)
+	case f.idleTimeout <= 0 || f.idleTimeout > server.DefaultMaxTimeout:
+		return usageError("--idle-timeout %s: want a duration above 0 and at most %s", f.idleTimeout, server.DefaultMaxTimeout)
+	case f.maxSandboxes < 1 || f.maxPerTenant < 1:
+		return usageError("--max-sandboxes and --max-per-tenant must be at least 1")
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
 		return usageError("--log-level %q: want debug, info, warn or error", f.logLevel)
@@ -105,6 +113,15 @@ func runServe(ctx context.Context, f *serveFlags, args []string) error {
 	defaults, err := config.Load(f.config)
 	if err != nil {
 		return err
+	}
+	// Take the address first: a daemon that cannot listen stops before it
+	// creates or touches any state.
+	var ln net.Listener
+	if !f.stdio {
+		if ln, err = listen(f.listen); err != nil {
+			return err
+		}
+		defer ln.Close()
 	}
 	dataDir := f.data
 	if dataDir == "" {
@@ -162,7 +179,7 @@ func runServe(ctx context.Context, f *serveFlags, args []string) error {
 	if f.stdio {
 		err = svc.ServeRPC(ctx, os.Stdin, os.Stdout, server.Caller{Tenant: "local", Actor: "stdio"})
 	} else {
-		err = serveHTTP(ctx, f, dataDir, svc, log)
+		err = serveHTTP(ctx, ln, dataDir, svc, log)
 	}
 	closeCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
@@ -176,28 +193,29 @@ func runServe(ctx context.Context, f *serveFlags, args []string) error {
 	return nil
 }
 
-// serveHTTP serves the API until ctx ends, then drains open requests.
-func serveHTTP(ctx context.Context, f *serveFlags, dataDir string, svc *server.Service, log *slog.Logger) error {
+// listen opens the API's address: host:port, or unix:/path (a stale
+// socket file there is replaced).
+func listen(addr string) (net.Listener, error) {
+	if p, ok := strings.CutPrefix(addr, "unix:"); ok {
+		if fi, err := os.Lstat(p); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			_ = os.Remove(p)
+		}
+		return net.Listen("unix", p)
+	}
+	return net.Listen("tcp", addr)
+}
+
+// serveHTTP serves the API on ln until ctx ends, then drains open
+// requests.
+func serveHTTP(ctx context.Context, ln net.Listener, dataDir string, svc *server.Service, log *slog.Logger) error {
 	tokens, created, err := server.LoadTokens(dataDir)
 	if err != nil {
 		return err
 	}
-	network, addr := "tcp", f.listen
-	if p, ok := strings.CutPrefix(f.listen, "unix:"); ok {
-		network, addr = "unix", p
-		_ = os.Remove(p)
-	}
-	ln, err := net.Listen(network, addr)
-	if err != nil {
-		return err
-	}
-	if network == "unix" {
-		defer os.Remove(addr)
-	}
 	tokenPath := filepath.Join(dataDir, server.TokenFile)
 	url := "http://" + ln.Addr().String()
-	if network == "unix" {
-		url = "unix:" + addr
+	if ln.Addr().Network() == "unix" {
+		url = "unix:" + ln.Addr().String()
 	}
 	if created {
 		log.Info("created an API token for tenant \"default\"", "file", tokenPath)

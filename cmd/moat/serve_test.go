@@ -198,3 +198,23 @@ func TestServeKilledAndRestarted(t *testing.T) {
 		t.Fatalf("host mounts %d -> %d", mounts, got)
 	}
 }
+
+// TestServeBadFlags: a daemon that cannot start says why in one line,
+// exits 125 and creates nothing.
+func TestServeBadFlags(t *testing.T) {
+	for _, flags := range [][]string{
+		{"--listen", "bogus"}, {"--listen", "127.0.0.1:99999"}, {"--default-timeout", "-1s"},
+		{"--idle-timeout", "0"}, {"--max-sandboxes", "0"}, {"--log-level", "loud"}, {"extra"},
+		{"--data", "/etc/passwd"},
+	} {
+		dir := filepath.Join(t.TempDir(), "data")
+		args := append([]string{"serve", "--data", dir}, flags...)
+		o := testutil.Exec(t, args...)
+		if o.Code != 125 || strings.Count(strings.TrimSpace(o.Stderr), "\n") > 1 || !strings.Contains(o.Stderr, "moat serve: ") {
+			t.Errorf("serve %v: exit %d, stderr %q", flags, o.Code, o.Stderr)
+		}
+		if _, err := os.Stat(dir); err == nil {
+			t.Errorf("serve %v created its data directory", flags)
+		}
+	}
+}
