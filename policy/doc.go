@@ -1,0 +1,204 @@
+// Package policy is moat's policy engine: it decides whether an agent's
+// request — run a command, read or write a host path, connect to a host —
+// is allowed, needs approval (ask), or is denied, and says which rule
+// decided and why. It is the logical layer; the runtime's sandbox (mounts,
+// Landlock, seccomp, no network route) is what enforces, and Roots gives it
+// the path lists it needs.
+//
+// # Files and layers
+//
+// A policy is made of layers, highest precedence first:
+//
+//	managed   /etc/moat/policy.toml          (the operator)
+//	project   <workspace>/.moat/policy.toml  (the project)
+//	user      ~/.config/moat/policy.toml     (the user)
+//	per-call  CallRules given with one call  (can only narrow)
+//
+// A policy file is TOML:
+//
+//	version = 1                  # required; a newer version is refused
+//	profile = "trusted"          # optional: "untrusted" | "trusted"
+//	allow = ["Exec(npm run *)", "Write(~/.cache/**)", "Net(domain:*.github.com)"]
+//	ask   = ["Exec(git push*)"]
+//	deny  = ["Read(~/.ssh/**)", "Exec(rm -rf /*)"]
+//
+// Unknown keys and tables are errors. Every error names the layer, the file
+// and the line (and the column for TOML syntax errors), e.g.
+// "project .moat/policy.toml:7: ask: Exec(: unterminated pattern"; Parse
+// reports all of a file's errors at once (ErrorList). Missing files are
+// fine; unreadable ones (permissions, a directory) are errors. Watcher
+// reloads changed files and keeps the last good policy when they are
+// invalid; an *Effective is immutable, so sandboxes that hold one are not
+// affected by a reload.
+//
+// # Rules
+//
+// A rule is Kind(pattern), with Kind one of Exec, Read, Write, Net
+// (case-sensitive). The pattern is everything between the first '(' and
+// the final ')', trimmed.
+//
+// Exec patterns are matched against a command's words, with the first word
+// replaced by its base name (shell.Normalize: /usr/bin/git push is
+// "git push") and joined by single spaces (runs of white space, also inside
+// arguments, count as one space). The pattern is normalized the same way
+// (Exec(/usr/bin/git push) is Exec(git push)). '*' matches any run of
+// characters, spaces included; it is the only wildcard ('?' and '[' are
+// literal). So Exec(git push*) matches "git push", "git push origin main",
+// and also "git pushx" (write Exec(git push) plus Exec(git push *) to
+// exclude that). Matching is case-sensitive.
+//
+// Read and Write patterns are gitignore-style paths:
+//
+//   - "~" or "~/..." is anchored at the home (Context.Home); "~user" is an
+//     error;
+//   - "/..." is absolute;
+//   - a pattern with a slash elsewhere ("src/**", "docs/x.md") or starting
+//     with "./" is anchored at the workspace (Context.Workspace);
+//   - a pattern without a slash (not counting a trailing one: "*.pem",
+//     "id_rsa", "node_modules/") matches a path component of that name at
+//     any depth, anywhere on the host;
+//   - '*' matches within one component (dot-files too), '?' one character,
+//     [a-z] / [!a-z] a class, '\' escapes; "**" as a whole component matches
+//     any number of components (zero included); "**" inside a component is
+//     '*';
+//   - a pattern matches a path when it matches the path itself or one of its
+//     parent directories (as in gitignore, where ignoring a directory ignores
+//     what it holds): "~/.ssh", "~/.ssh/" and "~/.ssh/**" are the same rule
+//     and all cover ~/.ssh/id_rsa;
+//   - empty, "." and ".." components are errors; matching is case-sensitive
+//     (Linux).
+//
+// Net patterns are domain:NAME (exactly that host), domain:*.NAME (any
+// subdomain of NAME, not NAME itself) and domain:* (any host). Host names
+// are compared in lower case without a trailing dot; a request's :port is
+// ignored; non-ASCII names must be written in punycode. An IP address
+// (IPv6, or IPv4 in any inet_aton spelling such as 0x7f.1, which is
+// 127.0.0.1) is canonicalized; it matches domain:* and a rule naming that
+// address, but only a rule naming it puts it on the allowlist.
+//
+// # Profiles
+//
+// The effective profile is the strictest one any layer declares
+// (untrusted is stricter than trusted; none declared means untrusted). It
+// is a ceiling: a request outside it is denied whatever the rules say.
+//
+//   - untrusted: Read only under the workspace and the system directories
+//     SystemReadDirs (/usr, /bin, /sbin, /lib, /lib32, /lib64, /libx32,
+//     /etc — the runtime shows a filtered /etc; /opt is not included);
+//     Write only under the workspace; no network (there is no egress proxy
+//     yet: every Net request is denied, and the reason says so).
+//   - trusted: Read anywhere except HostRuntimeDirs (/proc, /sys, /dev,
+//     /run, /var/run, /tmp, /var/tmp: the sandbox gets its own) unless they
+//     lie inside the workspace or a writable root; Write under the
+//     workspace and under the targets of allow Write rules of the policy
+//     files (not of per-call rules, and not base-name patterns, which
+//     grant nothing outside the workspace); Net only to hosts that an allow
+//     Net rule of a policy file names. That allowlist is recorded for the
+//     egress proxy, which does not exist yet: an allowed Net decision says
+//     so, and the sandbox has no network route.
+//
+// In both profiles, built-in lists apply before any rule:
+//
+//   - CredentialPaths (~/.ssh, ~/.aws, ~/.config/gh, ~/.netrc, ~/.gnupg,
+//     ~/.docker/config.json, ~/.kube/config, ~/.git-credentials, ~/.npmrc,
+//     ~/.pypirc, ~/.config/gcloud, ~/.azure, ~/.password-store,
+//     ~/.local/share/keyrings, ~/.cargo/credentials[.toml], ~/.vault-token)
+//     and HostSecrets (/etc/shadow, /etc/gshadow, /etc/sudoers[.d],
+//     /etc/ssl/private, /etc/ssh/ssh_host_*, moat's /var/lib/moat and
+//     /run/moat) are neither readable nor writable (an entry that holds the
+//     whole workspace does not apply inside the workspace; a warning says
+//     so);
+//   - CredentialNames (*.pem, *.key, id_rsa*, id_ed25519*, id_ecdsa*,
+//     *_token, .env) are not readable at any depth (writing them is not
+//     restricted by the list), except under CredentialNameExempt (/usr,
+//     /bin, /sbin, /lib*, /etc/ssl/certs, /etc/ca-certificates,
+//     /etc/pki/ca-trust), where packaged files and public certificates live;
+//   - protected paths are never writable (the list matters inside writable
+//     roots; Write here means any change of the entry or its content):
+//     a ".git" entry itself, .git/config, .git/config.worktree and anything
+//     named hooks below .git, at any depth (nested repositories, modules);
+//     a ".moat" entry and .moat/policy.toml at any depth; ShellRCFiles
+//     (.bashrc, .bash_profile, .bash_login, .bash_logout, .profile, .zshrc,
+//     .zprofile, .zshenv, .zlogin, .zlogout, .inputrc) at any depth; and the
+//     policy files' own paths (the three standard ones always, present or
+//     not, and any file loaded) with each of their parent directories as
+//     an entry (so none can be renamed away and replaced).
+//
+// # Evaluation
+//
+// One request against the effective policy:
+//
+//  1. A bad request (empty path, NUL byte, a path not absolute after
+//     anchoring, an unresolvable path, a bad host, an empty command) is
+//     denied, Decision.Invalid set.
+//  2. Write to a protected path: deny ("builtin: .git/hooks is read-only").
+//  3. The built-in credential lists and the profile's ceiling: deny
+//     ("builtin: credentials ...", "profile untrusted: ...").
+//  4. Rules: the effect is the most restrictive of all matching rules of
+//     all layers (deny > ask > allow). Each layer decides deny > ask >
+//     allow > none and layers combine to the most restrictive, which is the
+//     same thing; so a lower layer, and a per-call layer, can only narrow.
+//  5. No rule matches: allow ("profile trusted: default").
+//
+// The deciding rule is the first, by layer precedence (managed, project,
+// user, per-call) and then file order, of the matching rules that have the
+// winning effect. Allow rules therefore never override a deny or ask in any
+// layer; they matter as grants (allow Write and allow Net of policy files
+// in the trusted profile) and to name the rule that allowed.
+//
+// # Request paths
+//
+// Request paths are host paths: absolute, "~/..." (the home), or relative
+// to the workspace. A caller holding a sandbox-side path (/workspace/...)
+// maps it to the host first. Paths are cleaned ("..", ".", "//", a trailing
+// slash). With Context.Resolve, symlinks are resolved on the host as the
+// kernel walks them (".." after a symlink goes to the target's parent; the
+// longest existing prefix is resolved, the rest appended), and two paths
+// are judged, the most restrictive winning: the directory entry (parent
+// resolved, last component not followed: what a rename, delete or atomic
+// replace acts on) and its final target (what a read or write reaches).
+// Workspace and Home are resolved once when compiling. A symlink whose
+// target is a sandbox-side path is resolved as a host path. The decision is
+// a check at one moment: a sandbox can change a symlink afterwards, which is
+// why the runtime enforces the same lists itself.
+//
+// # Commands
+//
+// An Exec request is an argv or a shell string. A string is parsed with
+// policy/shell, which returns every simple command (through pipelines,
+// lists, substitutions, sh -c strings, eval, and wrappers such as env,
+// sudo, xargs, find -exec). An argv is judged as it is and also as
+// policy/shell reads it once each word is single-quoted, so its wrappers
+// are unwrapped the same way. The engine also looks into wrappers itself:
+// for a wrapper program (env, command, exec, nice, timeout, sudo, xargs,
+// find, busybox, strace, flock, ...; see the wrappers table) every suffix of
+// its arguments is judged as a command too, and for a shell with a -c
+// option (and su -c, flock -c, script -c, watch, parallel, eval) the
+// arguments that follow are parsed as scripts, recursively (at most 8
+// levels, 1024 commands; beyond, the request counts as unparsable). The
+// request's effect is the most restrictive over all these commands
+// (wrapper and unwrapped forms alike); Decision.Commands lists them.
+//
+// A command that cannot be parsed with confidence (shell.Command.Uncertain,
+// e.g. "$X push" or "git $X") never gets a more lenient decision than the
+// rules that could apply to it: its effect is the most restrictive of the
+// Exec rules that match its words and of every Exec rule whose pattern
+// could match a command starting with its normalized name (Exec(git push*)
+// could, for "git"). The name counts as known only when the command's
+// words are all literal: policy/shell gives the literal parts of a word
+// with an expansion ("${X}m" gives "m") and does not say which word is
+// uncertain, so a name is known only when every reason it gives is about
+// the command as a whole (what xargs or find append, a shell reading its
+// standard input) and the name is a plain word. Otherwise — and when the
+// string does not parse at all — every Exec rule of the policy counts.
+// With no Exec rule the profile's default (allow) applies. Exec rules judge
+// only the commands moat is asked to run, not what those programs run in
+// turn; Warnings says so.
+//
+// # Per-call rules
+//
+// CallRules (ParseCall, then Effective.With) form the lowest layer. They
+// can only narrow: their deny and ask rules count like any other; their
+// allow rules never grant (no writable root, nothing on the network
+// allowlist); their profile may only be "untrusted".
+package policy
