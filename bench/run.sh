@@ -75,6 +75,12 @@ CGO_ENABLED=0 go run ./bench/syscall --moat bin/moat \
 	--json bench/results/syscall.json \
 	--markdown bench/results/syscall.md || status=$?
 
+log "running bench/policy (a policy decision against 100 rules)"
+rm -f bench/results/policy.json bench/results/policy.md
+CGO_ENABLED=0 go run ./bench/policy \
+	--json bench/results/policy.json \
+	--markdown bench/results/policy.md >/dev/null || status=$?
+
 if [[ ${CONTROLPLANE_ARGS:-} != skip ]]; then
 	log "running bench/controlplane ${CONTROLPLANE_ARGS:-} (moat serve: time to interactive, exec round trip, soak)"
 	rm -f bench/results/controlplane.json bench/results/controlplane.md

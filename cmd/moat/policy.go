@@ -1,0 +1,255 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/moat-sandbox/moat/policy"
+)
+
+const policyLong = `Check policy files and explain what a policy decides.
+
+  moat policy check FILE...
+      Validate policy files (TOML: version, profile, allow/ask/deny lists of
+      rules such as Exec(npm run *), Read(~/.ssh/**), Write(src/**),
+      Net(domain:*.github.com)). Every problem is printed with its file and
+      line. Exit 0 when every file is valid, 1 when one is not.
+
+  moat policy explain [flags] [REQUEST...]
+      Load the policy layers (managed /etc/moat/policy.toml, project
+      <workspace>/.moat/policy.toml, user ~/.config/moat/policy.toml, and
+      per-call --allow/--ask/--deny rules), print the effective profile, the
+      filesystem roots, the protected paths and the warnings, and decide each
+      REQUEST, written like a rule: 'Exec(git push origin)' (a shell string,
+      every command in it is checked), 'Read(~/.ssh/id_rsa)',
+      'Write(src/main.go)', 'Net(github.com:443)'. Each decision names the
+      rule that made it. Exit 0 when the policy loads (whatever it decides).
+
+Layers: managed > project > user > per-call. Rules are evaluated deny, then
+ask, then allow; a lower layer can only narrow. The effective profile is the
+strictest one declared (untrusted when none is): untrusted reads the
+workspace and the system directories and writes the workspace; trusted reads
+the host but credentials and writes the workspace and the targets of allow
+Write rules. .git/hooks, .git/config, shell rc files and policy files stay
+read-only whatever the rules say. The policy is not yet compiled into the
+sandboxes moat runs: this command shows what it decides.
+
+Exit codes: 0 as above; 1 an invalid policy file (check); 125 bad usage, or a
+policy that cannot be loaded (explain).`
+
+type policyFlags struct {
+	json                   bool
+	workspace, home        string
+	managed, project, user string
+	noManaged, noUser      bool
+	allow, ask, deny       []string
+	profile                string
+}
+
+func policyCommand() *command {
+	f := &policyFlags{}
+	return &command{
+		name:  "policy",
+		usage: "check FILE... | explain [flags] [REQUEST...]",
+		short: "Check policy files; explain what a policy decides",
+		long:  policyLong,
+		setup: func(fl *pflag.FlagSet) {
+			fl.BoolVar(&f.json, "json", false, "explain: print the explanation as JSON")
+			fl.StringVarP(&f.workspace, "workspace", "w", "", "explain: the project root `DIR` (default: the current directory)")
+			fl.StringVar(&f.home, "home", "", "explain: what ~ means, `DIR` (default: $HOME)")
+			fl.StringVar(&f.managed, "managed", "", "explain: the managed layer's `FILE` (default /etc/moat/policy.toml)")
+			fl.StringVar(&f.project, "project", "", "explain: the project layer's `FILE` (default <workspace>/.moat/policy.toml)")
+			fl.StringVar(&f.user, "user", "", "explain: the user layer's `FILE` (default ~/.config/moat/policy.toml)")
+			fl.BoolVar(&f.noManaged, "no-managed", false, "explain: leave the managed layer out")
+			fl.BoolVar(&f.noUser, "no-user", false, "explain: leave the user layer out")
+			fl.StringArrayVar(&f.allow, "allow", nil, "explain: a per-call allow `RULE` (repeatable; can only narrow)")
+			fl.StringArrayVar(&f.ask, "ask", nil, "explain: a per-call ask `RULE` (repeatable)")
+			fl.StringArrayVar(&f.deny, "deny", nil, "explain: a per-call deny `RULE` (repeatable)")
+			fl.StringVar(&f.profile, "profile", "", "explain: a per-call profile (only \"untrusted\" narrows)")
+		},
+		interspersed: true,
+		run: func(ctx context.Context, args []string) error {
+			if len(args) == 0 {
+				return usageError("want 'check FILE...' or 'explain [REQUEST...]' (see 'moat policy --help')")
+			}
+			switch args[0] {
+			case "check":
+				return policyCheck(os.Stdout, args[1:])
+			case "explain":
+				return policyExplain(os.Stdout, f, args[1:])
+			}
+			return usageError("unknown policy command %q (want check or explain)", args[0])
+		},
+	}
+}
+
+// policyCheck validates files and prints one line per file (and one per
+// problem).
+func policyCheck(w io.Writer, files []string) error {
+	if len(files) == 0 {
+		return usageError("check needs at least one FILE")
+	}
+	bad := false
+	for _, name := range files {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			return usageError("%v", err)
+		}
+		pf, err := policy.Parse(policy.Project, name, data)
+		if err != nil {
+			bad = true
+			var list policy.ErrorList
+			if errors.As(err, &list) {
+				for _, e := range list {
+					fmt.Fprintln(w, e.Error())
+				}
+			} else {
+				fmt.Fprintf(w, "%s: %v\n", name, err)
+			}
+			continue
+		}
+		profile := string(pf.Profile)
+		if profile == "" {
+			profile = "none declared"
+		}
+		fmt.Fprintf(w, "%s: ok (version %d, profile %s, %d rules)\n", name, pf.Version, profile, len(pf.Rules))
+	}
+	if bad {
+		return &exitError{code: 1}
+	}
+	return nil
+}
+
+// policyExplain loads the layers and decides the requests.
+func policyExplain(w io.Writer, f *policyFlags, args []string) error {
+	c := policy.Context{Workspace: f.workspace, Home: f.home, Resolve: true}
+	var err error
+	if c.Workspace == "" {
+		if c.Workspace, err = os.Getwd(); err != nil {
+			return err
+		}
+	}
+	if c.Workspace, err = filepath.Abs(c.Workspace); err != nil {
+		return err
+	}
+	if c.Home == "" {
+		if c.Home, err = os.UserHomeDir(); err != nil {
+			return usageError("no home directory: give --home")
+		}
+	}
+	src := policy.DefaultSources(c)
+	for _, o := range []struct {
+		flag string
+		dst  *string
+	}{{f.managed, &src.Managed}, {f.project, &src.Project}, {f.user, &src.User}} {
+		if o.flag != "" {
+			*o.dst = o.flag
+		}
+	}
+	if f.noManaged {
+		src.Managed = ""
+	}
+	if f.noUser {
+		src.User = ""
+	}
+	reqs := make([]policy.Request, 0, len(args))
+	for _, a := range args {
+		r, err := policy.ParseRequest(a)
+		if err != nil {
+			return usageError("request %q: %v", a, err)
+		}
+		reqs = append(reqs, r)
+	}
+	eff, err := policy.Load(c, src)
+	if err != nil {
+		return err
+	}
+	if len(f.allow)+len(f.ask)+len(f.deny) > 0 || f.profile != "" {
+		call, err := policy.ParseCall(policy.CallRules{Profile: policy.Profile(f.profile), Allow: f.allow, Ask: f.ask, Deny: f.deny})
+		if err != nil {
+			return err
+		}
+		if eff, err = eff.With(call); err != nil {
+			return err
+		}
+	}
+	ex := eff.Explain(reqs...)
+	if f.json {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(ex)
+	}
+	printExplanation(w, ex)
+	return nil
+}
+
+func printExplanation(w io.Writer, ex *policy.Explanation) {
+	fmt.Fprintf(w, "profile: %s (workspace %s, home %s)\n", ex.Profile, ex.Context.Workspace, ex.Context.Home)
+	fmt.Fprintln(w, "layers:")
+	for _, l := range ex.Layers {
+		where := l.Path
+		if where == "" {
+			where = l.Name
+		}
+		prof := ""
+		if l.Profile != "" {
+			prof = ", profile " + string(l.Profile)
+		}
+		fmt.Fprintf(w, "  %-8s %s (%d rules%s)\n", l.Layer, where, l.Rules, prof)
+	}
+	entries := func(title string, list []policy.PathEntry) {
+		if len(list) == 0 {
+			return
+		}
+		fmt.Fprintf(w, "%s:\n", title)
+		for _, e := range list {
+			note := ""
+			if !e.Literal {
+				note = " (pattern: checked by moat's file operations, not by mounts)"
+			}
+			fmt.Fprintf(w, "  %s%s  [%s]\n", e.Pattern, note, e.Source)
+		}
+	}
+	entries("readable", ex.Roots.Readable)
+	entries("writable", ex.Roots.Writable)
+	entries("not readable", ex.Roots.DenyRead)
+	entries("read-only", ex.Roots.ReadOnly)
+	if len(ex.Roots.NetAllow) > 0 {
+		fmt.Fprintf(w, "network allowlist: %s (enforced: %v)\n", strings.Join(ex.Roots.NetAllow, ", "), ex.Roots.NetEnforced)
+	}
+	for _, warn := range ex.Warnings {
+		fmt.Fprintf(w, "warning: %s\n", warn)
+	}
+	for _, d := range ex.Decisions {
+		rule := ""
+		if d.Rule != nil {
+			rule = d.Rule.Text
+			if src := d.Rule.Source(); src != "" && d.Rule.Layer != policy.Builtin {
+				rule = src + ": " + rule
+			}
+		}
+		fmt.Fprintf(w, "%-5s %s\n      rule: %s\n      reason: %s\n", d.Effect, requestText(d.Request), rule, d.Reason)
+	}
+}
+
+// requestText writes a request back the way it was given.
+func requestText(r policy.Request) string {
+	arg := r.Command
+	switch {
+	case r.Argv != nil:
+		arg = strings.Join(r.Argv, " ")
+	case r.Path != "":
+		arg = r.Path
+	case r.Host != "":
+		arg = r.Host
+	}
+	return fmt.Sprintf("%s(%s)", r.Kind, arg)
+}
