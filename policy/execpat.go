@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"github.com/moat-sandbox/moat/policy/shell"
 	"strings"
 )
 
@@ -18,7 +19,7 @@ type execPattern struct {
 func compileExec(pat string) (*execPattern, error) {
 	s := collapseSpace(pat)
 	first := firstWord(s)
-	s = baseName(first) + s[len(first):]
+	s = shell.BaseName(first) + s[len(first):]
 	if s == "" {
 		return nil, errors.New("empty pattern")
 	}
@@ -112,17 +113,4 @@ func joinWords(words []string) string {
 		b.WriteString(w)
 	}
 	return collapseSpace(b.String())
-}
-
-// baseName is the last element of a slash-separated path, trailing slashes
-// ignored; a name made only of slashes is kept (as shell.Normalize does).
-func baseName(s string) string {
-	t := strings.TrimRight(s, "/")
-	if t == "" {
-		return s
-	}
-	if i := strings.LastIndexByte(t, '/'); i >= 0 {
-		return t[i+1:]
-	}
-	return t
 }

@@ -57,7 +57,7 @@ func (w *walker) emit(c ctx, words []word, extra []string, in stdin) {
 	}
 	var p plan
 	if words[0].certain() {
-		p = w.plan(c, baseName(words[0].val), words, in)
+		p = w.plan(c, BaseName(words[0].val), words, in)
 	} else {
 		p = w.guessShell(words)
 	}

@@ -158,14 +158,15 @@ func Commands(script string) (cmds []Command, err error) {
 func Normalize(args []string) []string {
 	out := slices.Clone(args)
 	if len(out) > 0 {
-		out[0] = baseName(out[0])
+		out[0] = BaseName(out[0])
 	}
 	return out
 }
 
-// baseName is the last element of a slash-separated path; trailing slashes
-// are ignored and a name made only of slashes is kept as it is.
-func baseName(s string) string {
+// BaseName is the last element of a slash-separated path, as Normalize
+// uses it for a program name; trailing slashes are ignored and a name made
+// only of slashes is kept as it is.
+func BaseName(s string) string {
 	t := strings.TrimRight(s, "/")
 	if t == "" {
 		return s
