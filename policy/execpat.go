@@ -2,8 +2,9 @@ package policy
 
 import (
 	"errors"
-	"github.com/moat-sandbox/moat/policy/shell"
 	"strings"
+
+	"github.com/moat-sandbox/moat/policy/shell"
 )
 
 // execPattern is a compiled Exec pattern: command words joined by single
