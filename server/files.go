@@ -18,8 +18,9 @@ import (
 // by the kernel; nothing here opens a sandbox path on the host.
 
 // fileOp runs f on the sandbox named by id and records it in the audit
-// tape with the request summary req and the result summary f returns.
-func (s *Service) fileOp(ctx context.Context, c Caller, in *input, kind, id string, req any, f func(ctx context.Context, files sandbox.Files) (any, any, error)) (any, error) {
+// tape with the request (as auditRequest keeps it) and the result summary
+// f returns.
+func (s *Service) fileOp(ctx context.Context, c Caller, in *input, kind, id string, f func(ctx context.Context, files sandbox.Files) (any, any, error)) (any, error) {
 	m, done, err := s.use(c, id)
 	if err != nil {
 		return nil, err
@@ -27,7 +28,7 @@ func (s *Service) fileOp(ctx context.Context, c Caller, in *input, kind, id stri
 	defer done()
 	resp, summary, err := f(ctx, m.sb.Files())
 	in.recorded = true
-	ev := audit.Event{Kind: kind, Tenant: c.Tenant, Actor: c.Actor, Sandbox: id, Decision: audit.DecisionAllow, Request: mustJSON(req)}
+	ev := audit.Event{Kind: kind, Tenant: c.Tenant, Actor: c.Actor, Sandbox: id, Decision: audit.DecisionAllow, Request: mustJSON(auditRequest(in.req))}
 	if summary != nil {
 		ev.Result = mustJSON(summary)
 	}
@@ -95,7 +96,7 @@ func (s *Service) readFile(ctx context.Context, c Caller, in *input) (any, error
 	if err != nil {
 		return nil, err
 	}
-	return s.fileOp(ctx, c, in, "file.read", req.Sandbox, req, func(ctx context.Context, f sandbox.Files) (any, any, error) {
+	return s.fileOp(ctx, c, in, "file.read", req.Sandbox, func(ctx context.Context, f sandbox.Files) (any, any, error) {
 		data, err := f.ReadFile(ctx, req.Path, max)
 		if err != nil {
 			return nil, nil, err
@@ -117,7 +118,7 @@ func (s *Service) writeFile(ctx context.Context, c Caller, in *input) (any, erro
 		return nil, err
 	}
 	body := in.bodyOr(req.Content)
-	return s.fileOp(ctx, c, in, "file.write", req.Sandbox, map[string]string{"path": req.Path, "mode": req.Mode}, func(ctx context.Context, f sandbox.Files) (any, any, error) {
+	return s.fileOp(ctx, c, in, "file.write", req.Sandbox, func(ctx context.Context, f sandbox.Files) (any, any, error) {
 		n, err := f.WriteFile(ctx, req.Path, body, mode, s.cfg.MaxFileBytes)
 		if err != nil {
 			return nil, nil, tooBig(err, s.cfg.MaxFileBytes)
@@ -148,7 +149,7 @@ func (s *Service) listDir(ctx context.Context, c Caller, in *input) (any, error)
 	if err != nil {
 		return nil, err
 	}
-	return s.fileOp(ctx, c, in, "file.list", req.Sandbox, req, func(ctx context.Context, f sandbox.Files) (any, any, error) {
+	return s.fileOp(ctx, c, in, "file.list", req.Sandbox, func(ctx context.Context, f sandbox.Files) (any, any, error) {
 		ents, err := f.ReadDir(ctx, req.Path)
 		if err != nil {
 			return nil, nil, err
@@ -165,7 +166,7 @@ func (s *Service) statFile(ctx context.Context, c Caller, in *input) (any, error
 	if err != nil {
 		return nil, err
 	}
-	return s.fileOp(ctx, c, in, "file.stat", req.Sandbox, req, func(ctx context.Context, f sandbox.Files) (any, any, error) {
+	return s.fileOp(ctx, c, in, "file.stat", req.Sandbox, func(ctx context.Context, f sandbox.Files) (any, any, error) {
 		fi, err := f.Stat(ctx, req.Path)
 		return fi, nil, err
 	})
@@ -180,7 +181,7 @@ func (s *Service) mkdir(ctx context.Context, c Caller, in *input) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.fileOp(ctx, c, in, "file.mkdir", req.Sandbox, req, func(ctx context.Context, f sandbox.Files) (any, any, error) {
+	return s.fileOp(ctx, c, in, "file.mkdir", req.Sandbox, func(ctx context.Context, f sandbox.Files) (any, any, error) {
 		return &api.OK{OK: true}, nil, f.Mkdir(ctx, req.Path, mode, req.Parents)
 	})
 }
@@ -190,7 +191,7 @@ func (s *Service) remove(ctx context.Context, c Caller, in *input) (any, error) 
 	if err != nil {
 		return nil, err
 	}
-	return s.fileOp(ctx, c, in, "file.remove", req.Sandbox, req, func(ctx context.Context, f sandbox.Files) (any, any, error) {
+	return s.fileOp(ctx, c, in, "file.remove", req.Sandbox, func(ctx context.Context, f sandbox.Files) (any, any, error) {
 		return &api.OK{OK: true}, nil, f.Remove(ctx, req.Path, req.Recursive)
 	})
 }
@@ -200,7 +201,7 @@ func (s *Service) move(ctx context.Context, c Caller, in *input) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.fileOp(ctx, c, in, "file.move", req.Sandbox, req, func(ctx context.Context, f sandbox.Files) (any, any, error) {
+	return s.fileOp(ctx, c, in, "file.move", req.Sandbox, func(ctx context.Context, f sandbox.Files) (any, any, error) {
 		return &api.OK{OK: true}, nil, f.Rename(ctx, req.From, req.To)
 	})
 }
@@ -211,7 +212,7 @@ func (s *Service) upload(ctx context.Context, c Caller, in *input) (any, error) 
 		return nil, err
 	}
 	body := &countingReader{r: in.bodyOr(req.Content)}
-	return s.fileOp(ctx, c, in, "file.upload", req.Sandbox, map[string]string{"path": req.Path}, func(ctx context.Context, f sandbox.Files) (any, any, error) {
+	return s.fileOp(ctx, c, in, "file.upload", req.Sandbox, func(ctx context.Context, f sandbox.Files) (any, any, error) {
 		if err := f.PutTar(ctx, req.Path, body, s.cfg.MaxFileBytes); err != nil {
 			return nil, nil, tooBig(err, s.cfg.MaxFileBytes)
 		}
@@ -224,7 +225,7 @@ func (s *Service) download(ctx context.Context, c Caller, in *input) (any, error
 	if err != nil {
 		return nil, err
 	}
-	return s.fileOp(ctx, c, in, "file.download", req.Sandbox, req, func(ctx context.Context, f sandbox.Files) (any, any, error) {
+	return s.fileOp(ctx, c, in, "file.download", req.Sandbox, func(ctx context.Context, f sandbox.Files) (any, any, error) {
 		w := &countingWriter{w: in.out}
 		if err := f.GetTar(ctx, req.Path, w, max); err != nil {
 			return nil, nil, err

@@ -287,7 +287,8 @@ func sandboxOf(req any) string {
 }
 
 // auditRequest is what the audit keeps of a request: never the values of
-// an environment, file contents or stdin data.
+// an environment, file contents or stdin data, and not the sandbox id (the
+// event has its own field).
 func auditRequest(req any) any {
 	switch r := req.(type) {
 	case *api.Exec:
@@ -296,6 +297,18 @@ func auditRequest(req any) any {
 		return map[string]string{"path": r.Path, "mode": r.Mode}
 	case *api.Stdin:
 		return map[string]any{"process": r.Process, "bytes": len(r.Data) + len(r.DataBase64), "eof": r.EOF}
+	case *api.FilePath:
+		out := map[string]any{"path": r.Path}
+		if r.MaxBytes != 0 {
+			out["max_bytes"] = r.MaxBytes
+		}
+		return out
+	case *api.Mkdir:
+		return map[string]any{"path": r.Path, "parents": r.Parents, "mode": r.Mode}
+	case *api.Remove:
+		return map[string]any{"path": r.Path, "recursive": r.Recursive}
+	case *api.Move:
+		return map[string]string{"from": r.From, "to": r.To}
 	}
 	return req
 }
