@@ -7,7 +7,6 @@
 package api
 
 import (
-	"encoding/json"
 	"time"
 	"unicode/utf8"
 
@@ -306,6 +305,3 @@ type Health struct {
 	Status string `json:"status"`
 	Reason string `json:"reason,omitempty"`
 }
-
-// Raw marks a JSON value passed through unchanged.
-type Raw = json.RawMessage

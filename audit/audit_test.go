@@ -603,7 +603,7 @@ func TestCrashRecovery(t *testing.T) {
 	// A leftover file from a crash during rotation is removed.
 	tp.Close()
 	os.WriteFile(filepath.Join(dir2, nextName), nil, 0o600)
-	tp = openTape(t, dir2)
+	openTape(t, dir2) // Open removes the leftover
 	if _, err := os.Stat(filepath.Join(dir2, nextName)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("leftover next file: %v", err)
 	}

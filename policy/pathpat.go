@@ -318,16 +318,6 @@ func (p *pathPattern) bind(home, workspace string) *absPattern {
 	return a
 }
 
-// literalPattern builds an absPattern for an absolute literal path.
-func literalPattern(abs string) *absPattern {
-	a := &absPattern{}
-	for _, c := range splitPath(abs) {
-		a.segs = append(a.segs, pseg{raw: escapeLit(c), lit: c})
-	}
-	a.finish()
-	return a
-}
-
 func (a *absPattern) finish() {
 	var pre, txt strings.Builder
 	n := 0

@@ -317,6 +317,10 @@ func TestAuth(t *testing.T) {
 	if n != 0 {
 		t.Fatalf("%d sandboxes created without a valid token", n)
 	}
+	// Control: the same request with the tenant's token is served.
+	if r := h.do("POST", "/v1/sandboxes", tokenA, api.CreateSandbox{}); r.status != 201 {
+		t.Fatalf("control with a valid token: %d %s", r.status, r.body)
+	}
 	if r := h.do("GET", "/healthz", "", nil); r.status != 200 {
 		t.Fatalf("healthz: %d", r.status)
 	}

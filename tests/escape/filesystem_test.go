@@ -19,7 +19,6 @@ import (
 type fsFixture struct {
 	base, ws, out     string
 	ownFile, rootFile string
-	victims           snapshot
 	ownData, rootData string
 }
 

@@ -24,7 +24,6 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -182,5 +181,3 @@ func wrap(what string, err error) error {
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
-
-func joinArgs(a []string) string { return strings.Join(a, " ") }
