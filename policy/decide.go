@@ -309,7 +309,7 @@ func (e *Effective) ceiling(k Kind, p string, comps []string) (rule, why string,
 			}
 		}
 	}
-	if inWS {
+	if inWS || underAny(p, e.ctx.WriteRoots) || (k == Read && underAny(p, e.ctx.ReadRoots)) {
 		return "", "", true
 	}
 	prof := "profile " + string(e.profile) + ": "

@@ -174,7 +174,7 @@ func TestNetIP(t *testing.T) {
 func TestLayering(t *testing.T) {
 	managed := layerFile(t, Managed, "", nil, nil, []string{"Exec(git push --force*)"})
 	project := layerFile(t, Project, Trusted, []string{"Exec(git push*)", "Exec(npm run *)"}, []string{"Exec(git push*)"}, []string{"Exec(rm -rf /*)", "Exec(rm *)"})
-	user := layerFile(t, User, "", nil, []string{"Exec(npm run deploy*)"}, []string{"Exec(rm *)"})
+	user := layerFile(t, User, Trusted, nil, []string{"Exec(npm run deploy*)"}, []string{"Exec(rm *)"})
 	e := mustCompile(t, tctx, user, project, managed) // order of arguments does not matter
 	checkDecisions(t, e, []dcase{
 		{ExecShell("git push --force origin"), Deny, "deny Exec(git push --force*)", "managed managed.toml:3"},
@@ -209,9 +209,34 @@ func TestLayering(t *testing.T) {
 	if got := mustCompile(t, tctx, p, u).Profile(); got != Untrusted {
 		t.Errorf("profile = %s", got)
 	}
-	if got := mustCompile(t, tctx, p).Profile(); got != Trusted {
+	// A project file cannot widen: its "trusted" is ignored (and said so);
+	// the user's own file can declare it.
+	if e := mustCompile(t, tctx, p); e.Profile() != Untrusted || !strings.Contains(strings.Join(e.Warnings(), "\n"), "project layer can only narrow") {
+		t.Errorf("profile = %s, warnings %q", e.Profile(), e.Warnings())
+	}
+	if got := mustCompile(t, tctx, layerFile(t, User, Trusted, nil, nil, nil)).Profile(); got != Trusted {
 		t.Errorf("profile = %s", got)
 	}
+}
+
+// TestProjectCannotGrant: allow Write and allow Net rules of the project
+// file (the workspace's own, possibly hostile) add no writable root and
+// nothing to the allowlist; the same rules in the user file do.
+func TestProjectCannotGrant(t *testing.T) {
+	rules := []string{"Write(~/.cache/**)", "Net(domain:example.com)"}
+	user := layerFile(t, User, Trusted, nil, nil, nil)
+	proj := mustCompile(t, tctx, user, layerFile(t, Project, "", rules, nil, nil))
+	checkDecisions(t, proj, []dcase{
+		{WritePath("~/.cache/x"), Deny, "profile trusted: writes only", ""},
+		{NetHost("example.com"), Deny, "profile trusted: not on the network allowlist", ""},
+	})
+	if r := proj.Roots(); len(r.Writable) != 1 || len(r.NetAllow) != 0 {
+		t.Errorf("roots %+v", r)
+	}
+	own := mustCompile(t, tctx, layerFile(t, User, Trusted, rules, nil, nil))
+	checkDecisions(t, own, []dcase{
+		{WritePath("~/.cache/x"), Allow, "allow Write(~/.cache/**)", ""},
+	})
 }
 
 func TestExecSpellings(t *testing.T) {

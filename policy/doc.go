@@ -78,9 +78,20 @@
 //
 // # Profiles
 //
-// The effective profile is the strictest one any layer declares
+// The effective profile is the strictest one the layers declare
 // (untrusted is stricter than trusted; none declared means untrusted). It
 // is a ceiling: a request outside it is denied whatever the rules say.
+//
+// Only the managed and the user file can widen: declare "trusted", add
+// writable roots (allow Write) or add to the network allowlist (allow
+// Net). The project file lives in the workspace, which may be a repository
+// of unknown origin or an agent's earlier work, so like per-call rules it
+// can only narrow; its widening parts are ignored and Warnings says so.
+//
+// Context.ReadRoots and Context.WriteRoots are host paths the caller binds
+// into the sandbox itself (moat run --ro/--rw): they lie inside the
+// ceiling like the workspace, and everything else (built-in lists,
+// protected paths, rules) still applies in them.
 //
 //   - untrusted: Read only under the workspace and the system directories
 //     SystemReadDirs (/usr, /bin, /sbin, /lib, /lib32, /lib64, /libx32,
@@ -90,10 +101,10 @@
 //   - trusted: Read anywhere except HostRuntimeDirs (/proc, /sys, /dev,
 //     /run, /var/run, /tmp, /var/tmp: the sandbox gets its own) unless they
 //     lie inside the workspace or a writable root; Write under the
-//     workspace and under the targets of allow Write rules of the policy
-//     files (not of per-call rules, and not base-name patterns, which
-//     grant nothing outside the workspace); Net only to hosts that an allow
-//     Net rule of a policy file names. That allowlist is recorded for the
+//     workspace and under the targets of allow Write rules of the managed
+//     and user files (not of project or per-call rules, and not base-name
+//     patterns, which grant nothing outside the workspace); Net only to
+//     hosts that an allow Net rule of the managed or user file names. That allowlist is recorded for the
 //     egress proxy, which does not exist yet: an allowed Net decision says
 //     so, and the sandbox has no network route.
 //
@@ -143,8 +154,8 @@
 // The deciding rule is the first, by layer precedence (managed, project,
 // user, per-call) and then file order, of the matching rules that have the
 // winning effect. Allow rules therefore never override a deny or ask in any
-// layer; they matter as grants (allow Write and allow Net of policy files
-// in the trusted profile) and to name the rule that allowed.
+// layer; they matter as grants (allow Write and allow Net of the managed
+// and user files in the trusted profile) and to name the rule that allowed.
 //
 // # Request paths
 //

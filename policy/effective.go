@@ -14,9 +14,17 @@ type Context struct {
 	Workspace string `json:"workspace"`
 	// Home is the absolute host path of the user's home: what ~ means.
 	Home string `json:"home"`
-	// Resolve makes the engine resolve symlinks on the host: Workspace and
-	// Home once, when compiling, and every request path when deciding.
+	// Resolve makes the engine resolve symlinks on the host: Workspace,
+	// Home and the roots once, when compiling, and every request path when
+	// deciding.
 	Resolve bool `json:"resolve,omitempty"`
+	// ReadRoots and WriteRoots are host paths the caller binds into the
+	// sandbox itself (moat run --ro and --rw, a create's binds): inside the
+	// profile's ceiling like the workspace (WriteRoots are also readable),
+	// while the built-in lists, the protected paths and every rule still
+	// apply to what lies in them.
+	ReadRoots  []string `json:"read_roots,omitempty"`
+	WriteRoots []string `json:"write_roots,omitempty"`
 }
 
 // Effective is the compiled policy of all layers for one Context. It is
@@ -134,8 +142,33 @@ func (c Context) check() (Context, error) {
 			*f.p = r
 		}
 	}
+	for _, roots := range []*[]string{&c.ReadRoots, &c.WriteRoots} {
+		out := make([]string, 0, len(*roots))
+		for _, p := range *roots {
+			if p == "" || strings.IndexByte(p, 0) >= 0 || !path.IsAbs(p) {
+				return c, fmt.Errorf("policy: root %q is not an absolute path", p)
+			}
+			p = path.Clean(p)
+			if c.Resolve {
+				r, err := resolvePath(p, true)
+				if err != nil {
+					return c, fmt.Errorf("policy: resolving the root %s: %w", p, err)
+				}
+				p = r
+			}
+			out = append(out, p)
+		}
+		*roots = out
+	}
 	return c, nil
 }
+
+// grants says whether a layer may widen: the profile "trusted", writable
+// roots (allow Write) and the network allowlist (allow Net) come only from
+// the operator's managed file and the user's own file. The project file
+// lives in the workspace, which may be a repository of unknown origin or
+// an agent's earlier work, so, like per-call rules, it can only narrow.
+func grants(l Layer) bool { return l == Managed || l == User }
 
 // Compile combines layers into the effective policy for a context. Files
 // may come in any order; they are ranked managed > project > user > call
@@ -213,8 +246,9 @@ func (e *Effective) protect(p string) {
 
 func (e *Effective) add(f *File) {
 	e.files = append(e.files, f)
-	// A per-call layer can only narrow: only its "untrusted" counts.
-	if f.Profile != "" && stricter(f.Profile, e.profile) && (f.Layer != Call || f.Profile == Untrusted) {
+	// A project or per-call layer can only narrow: only its "untrusted"
+	// counts.
+	if f.Profile != "" && stricter(f.Profile, e.profile) && (grants(f.Layer) || f.Profile == Untrusted) {
 		e.profile = f.Profile
 	}
 	for _, r := range f.Rules {
@@ -224,7 +258,7 @@ func (e *Effective) add(f *File) {
 			b.p = r.path.bind(e.ctx.Home, e.ctx.Workspace)
 		}
 		e.rules[r.Kind] = append(e.rules[r.Kind], b)
-		if r.Effect == Allow && f.Layer != Call {
+		if r.Effect == Allow && grants(f.Layer) {
 			switch {
 			case r.Kind == Write && !b.p.any:
 				e.wgrants = append(e.wgrants, b)
@@ -322,9 +356,20 @@ func (e *Effective) computeWarnings() []string {
 	if hasExec {
 		w = append(w, "Exec rules judge each command moat is asked to run (an argv, or every command of a shell string, including those inside sh -c, env, xargs and similar wrappers); they do not see what those programs run in turn (scripts, make, a shell reading stdin): the OS sandbox is what bounds those")
 	}
+	for _, f := range e.files {
+		if f.Layer == Project && f.Profile == Trusted {
+			w = append(w, fmt.Sprintf("project %s declares profile \"trusted\": ignored, the project layer can only narrow (declare it in the user or managed file)", f.Name))
+		}
+	}
 	for _, b := range e.rules[Write] {
 		r := b.r
 		if r.Effect != Allow || r.Layer == Call {
+			continue
+		}
+		if r.Layer == Project {
+			if b.p.any || !under(b.p.prefix, ws) {
+				w = append(w, fmt.Sprintf("%s (%s): the project layer cannot add writable roots", r, r.Source()))
+			}
 			continue
 		}
 		outside := b.p.any || !under(b.p.prefix, ws)
@@ -357,6 +402,9 @@ func (e *Effective) computeWarnings() []string {
 		r := b.r
 		if r.Effect == Allow && r.Layer == Call {
 			w = append(w, fmt.Sprintf("%s (%s): per-call rules cannot add to the network allowlist", r, r.Source()))
+		}
+		if r.Effect == Allow && r.Layer == Project {
+			w = append(w, fmt.Sprintf("%s (%s): the project layer cannot add to the network allowlist", r, r.Source()))
 		}
 	}
 	if len(e.ngrants) > 0 {

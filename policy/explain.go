@@ -26,6 +26,17 @@ type PathEntry struct {
 	// Source says why: "profile trusted", "builtin: ...", or a rule and
 	// where it comes from.
 	Source string `json:"source"`
+
+	pat *absPattern
+}
+
+// Match says whether the entry's pattern covers the clean absolute path p
+// (p itself or one of its parent directories matches, as in gitignore).
+func (e PathEntry) Match(p string) bool {
+	if e.pat == nil {
+		return false
+	}
+	return e.pat.match(splitPath(path.Clean(p)))
 }
 
 // Roots are the path lists a runtime needs to build the sandbox's view of
@@ -58,9 +69,9 @@ type Roots struct {
 
 func entryOf(a *absPattern, eff Effect, src string) PathEntry {
 	if a.any {
-		return PathEntry{Pattern: a.text, Effect: eff, Source: src}
+		return PathEntry{Pattern: a.text, Effect: eff, Source: src, pat: a}
 	}
-	return PathEntry{Path: a.prefix, Pattern: a.text, Literal: a.literal, Effect: eff, Source: src}
+	return PathEntry{Path: a.prefix, Pattern: a.text, Literal: a.literal, Effect: eff, Source: src, pat: a}
 }
 
 func ruleSource(r *Rule) string { return r.String() + " (" + r.Source() + ")" }
@@ -71,7 +82,7 @@ func (e *Effective) Roots() Roots {
 	ro := Roots{Profile: e.profile}
 	prof := "profile " + string(e.profile)
 	lit := func(p string, eff Effect, src string) PathEntry {
-		return PathEntry{Path: p, Pattern: p, Literal: true, Effect: eff, Source: src}
+		return entryOf(below(p), eff, src)
 	}
 	if e.profile == Untrusted {
 		ro.Readable = append(ro.Readable, lit(ws, Allow, prof+": workspace"))
@@ -81,8 +92,17 @@ func (e *Effective) Roots() Roots {
 	} else {
 		ro.Readable = append(ro.Readable, lit("/", Allow, prof+": the host, less DenyRead"))
 	}
+	for _, r := range e.ctx.ReadRoots {
+		if e.profile == Untrusted {
+			ro.Readable = append(ro.Readable, lit(r, Allow, "bound read-only by the caller"))
+		}
+	}
 	ro.Writable = append(ro.Writable, lit(ws, Allow, prof+": workspace"))
 	roots := []string{ws}
+	for _, r := range e.ctx.WriteRoots {
+		ro.Writable = append(ro.Writable, lit(r, Allow, "bound writable by the caller"))
+		roots = append(roots, r)
+	}
 	if e.profile == Trusted {
 		for _, g := range e.wgrants {
 			if under(g.p.prefix, ws) {
@@ -118,25 +138,26 @@ func (e *Effective) Roots() Roots {
 			{ProjectPath, "builtin: policy file"},
 		} {
 			entry := path.Base(p.rel) == ".git" || path.Base(p.rel) == ".moat"
-			ro.ReadOnly = append(ro.ReadOnly, PathEntry{Path: path.Join(r, p.rel), Pattern: path.Join(r, p.rel),
-				Literal: true, EntryOnly: entry, Effect: Deny, Source: p.why})
-			ro.ReadOnly = append(ro.ReadOnly, PathEntry{Path: r, Pattern: path.Join(r, "**", p.rel),
-				EntryOnly: entry, Effect: Deny, Source: p.why + " at any depth"})
+			top := entryOf(below(r, p.rel), Deny, p.why)
+			top.EntryOnly = entry
+			deep := entryOf(below(r, "**", p.rel), Deny, p.why+" at any depth")
+			deep.EntryOnly = entry
+			ro.ReadOnly = append(ro.ReadOnly, top, deep)
 		}
 		for _, rc := range ShellRCFiles {
 			ro.ReadOnly = append(ro.ReadOnly, lit(path.Join(r, rc), Deny, "builtin: shell rc file"))
-			ro.ReadOnly = append(ro.ReadOnly, PathEntry{Path: r, Pattern: path.Join(r, "**", rc),
-				Effect: Deny, Source: "builtin: shell rc file at any depth"})
+			ro.ReadOnly = append(ro.ReadOnly, entryOf(below(r, "**", rc), Deny, "builtin: shell rc file at any depth"))
 		}
 		for _, n := range []string{"hooks", "config", "config.worktree"} {
-			ro.ReadOnly = append(ro.ReadOnly, PathEntry{Path: r, Pattern: path.Join(r, "**", ".git", "**", n),
-				Effect: Deny, Source: "builtin: git " + n + " below .git (modules, worktrees)"})
+			ro.ReadOnly = append(ro.ReadOnly, entryOf(below(r, "**", ".git", "**", n), Deny,
+				"builtin: git "+n+" below .git (modules, worktrees)"))
 		}
 		for _, s := range e.srcs {
 			for p := s; ; p = path.Dir(p) {
 				if under(p, r) {
-					ro.ReadOnly = append(ro.ReadOnly, PathEntry{Path: p, Pattern: p, Literal: true, EntryOnly: p != s, Effect: Deny,
-						Source: "builtin: policy file " + s})
+					pe := entryOf(below(p), Deny, "builtin: policy file "+s)
+					pe.EntryOnly = p != s
+					ro.ReadOnly = append(ro.ReadOnly, pe)
 				}
 				if p == "/" || p == r {
 					break

@@ -113,8 +113,8 @@ func TestLoadAndWatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write(src.Project, "version = 1\nprofile = \"trusted\"\ndeny = [\"Exec(git push*)\"]\n")
-	write(src.User, "version = 1\nask = [\"Exec(npm *)\"]\n")
+	write(src.Project, "version = 1\ndeny = [\"Exec(git push*)\"]\n")
+	write(src.User, "version = 1\nprofile = \"trusted\"\nask = [\"Exec(npm *)\"]\n")
 	w, err := NewWatcher(c, src)
 	if err != nil {
 		t.Fatal(err)
@@ -124,10 +124,10 @@ func TestLoadAndWatch(t *testing.T) {
 		t.Fatalf("profile %s, %d files", cur.Profile(), len(cur.Files()))
 	}
 	d := cur.Decide(ExecShell("git push"))
-	if d.Rule.Source() != "project .moat/policy.toml:3" {
+	if d.Rule.Source() != "project .moat/policy.toml:2" {
 		t.Errorf("source %q", d.Rule.Source())
 	}
-	if d := cur.Decide(ExecShell("npm i")); d.Rule.Source() != "user ~/.config/moat/policy.toml:2" {
+	if d := cur.Decide(ExecShell("npm i")); d.Rule.Source() != "user ~/.config/moat/policy.toml:3" {
 		t.Errorf("source %q", d.Rule.Source())
 	}
 	// The managed file's path is protected even before it exists.
@@ -155,7 +155,7 @@ func TestLoadAndWatch(t *testing.T) {
 	if !changed || err != nil || w.Err() != nil {
 		t.Fatalf("Reload good = %v, %v", changed, err)
 	}
-	if w.Current().Profile() != Untrusted || w.Current().Decide(ExecShell("curl x")).Effect != Deny {
+	if w.Current().Profile() != Trusted || w.Current().Decide(ExecShell("curl x")).Effect != Deny {
 		t.Error("new policy not in effect")
 	}
 	if cur.Decide(ExecShell("git push")).Effect != Deny {

@@ -341,6 +341,27 @@ func (a *absPattern) finish() {
 	a.literal = n == len(a.segs) || (n == len(a.segs)-1 && a.segs[n].dstar)
 }
 
+// below is the pattern root/rel..., with root and each component of rel
+// literal except "**" (any number of components): the runtime's "at any
+// depth" forms of the protected names.
+func below(root string, rel ...string) *absPattern {
+	a := &absPattern{}
+	for _, c := range splitPath(root) {
+		a.segs = append(a.segs, pseg{raw: escapeLit(c), lit: c})
+	}
+	for _, r := range rel {
+		for _, c := range strings.Split(r, "/") {
+			if c == "**" {
+				a.segs = append(a.segs, pseg{raw: c, dstar: true})
+			} else {
+				a.segs = append(a.segs, pseg{raw: escapeLit(c), lit: c})
+			}
+		}
+	}
+	a.finish()
+	return a
+}
+
 func escapeLit(s string) string {
 	if !strings.ContainsAny(s, `*?[\`) {
 		return s
