@@ -39,6 +39,19 @@ func (e PathEntry) Match(p string) bool {
 	return e.pat.match(splitPath(path.Clean(p)))
 }
 
+// MatchComponents is Match (below true) or MatchExact (below false) for a
+// path given as its components ("/a/b" is ["a", "b"]), for callers that
+// walk trees and keep them.
+func (e PathEntry) MatchComponents(comps []string, below bool) bool {
+	return e.pat != nil && e.pat.matchAt(comps, below)
+}
+
+// MatchExact says whether the pattern matches the clean absolute path p
+// itself (not because it lies below a match).
+func (e PathEntry) MatchExact(p string) bool {
+	return e.pat != nil && e.pat.matchAt(splitPath(path.Clean(p)), false)
+}
+
 // Roots are the path lists a runtime needs to build the sandbox's view of
 // the host filesystem.
 type Roots struct {

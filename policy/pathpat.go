@@ -378,10 +378,16 @@ func escapeLit(s string) string {
 
 // match reports whether the pattern matches the path with the given
 // components or one of its parent directories.
-func (a *absPattern) match(comps []string) bool {
+func (a *absPattern) match(comps []string) bool { return a.matchAt(comps, true) }
+
+// matchAt matches the path itself, or (below) also a path under a match.
+func (a *absPattern) matchAt(comps []string, below bool) bool {
 	if a.any {
 		if a.seg.dstar {
 			return true
+		}
+		if !below {
+			return len(comps) > 0 && a.seg.matchName(comps[len(comps)-1])
 		}
 		for _, c := range comps {
 			if a.seg.matchName(c) {
@@ -394,8 +400,16 @@ func (a *absPattern) match(comps []string) bool {
 	pi, ci := 0, 0
 	starP, starC := -1, 0
 	for ci < len(comps) {
-		if pi == len(p) {
+		if pi == len(p) && below {
 			return true // the rest is below a matched directory
+		}
+		if pi == len(p) {
+			if starP < 0 {
+				return false
+			}
+			starC++
+			pi, ci = starP+1, starC
+			continue
 		}
 		if p[pi].dstar {
 			starP, starC = pi, ci

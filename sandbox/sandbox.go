@@ -25,6 +25,47 @@ type Spec struct {
 	Hostname string `json:"hostname,omitempty"`
 	// Limits on the resources of the whole sandbox.
 	Limits Limits `json:"limits"`
+	// Restrict narrows paths of the sandbox's view once the workspace and
+	// binds are in place: the policy's deny-read and read-only lists,
+	// compiled by package enforce. Applied parents first, before any
+	// process of the sandbox runs; the outcome is reported in
+	// Enforcement.Restricted and Enforcement.RestrictSkipped.
+	Restrict []Restriction `json:"restrict,omitempty"`
+}
+
+// RestrictMode says how a Restriction narrows its path.
+type RestrictMode string
+
+const (
+	// Hide makes the path unreadable: an empty directory or file that the
+	// sandbox user cannot open (mode 000, owned by the sandbox's root) is
+	// mounted over it, read-only. Reading or listing it fails (EACCES)
+	// rather than looking empty; like every restricted entry it cannot
+	// be renamed, removed or replaced.
+	Hide RestrictMode = "hide"
+	// ReadOnly binds the path onto itself read-only (recursively): its
+	// content cannot be changed and, as a mount point, the entry cannot be
+	// renamed, removed or replaced.
+	ReadOnly RestrictMode = "read-only"
+	// Pin binds the path onto itself keeping its writability: the entry
+	// cannot be renamed, removed or replaced (a mount point is busy), what
+	// is below it stays as writable as before. It keeps a protected child
+	// (.git/hooks under .git) from being moved away with its parent.
+	Pin RestrictMode = "pin"
+)
+
+// Restriction narrows one path of the sandbox's view.
+type Restriction struct {
+	// Path is the absolute, clean path inside the sandbox; "/" and
+	// paths under /proc or /dev are refused (ErrInvalidSpec), as is a path
+	// given twice. No component may be a symlink when the sandbox is set
+	// up (the setup fails rather than follow one); a path that does not
+	// exist then is skipped (nothing can be mounted on it) and reported.
+	// The restricted entry becomes a mount point; its parent does not,
+	// so renaming the parent moves the entry along unless the parent is
+	// pinned too.
+	Path string       `json:"path"`
+	Mode RestrictMode `json:"mode"`
 }
 
 // Bind makes a host path visible inside the sandbox.

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/moat-sandbox/moat/config"
+	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/runtime/linux"
 	"github.com/moat-sandbox/moat/sandbox"
 )
@@ -38,6 +39,10 @@ type runFlags struct {
 	timeout     time.Duration
 	json        bool
 	sh          string
+
+	profile          string
+	allow, ask, deny []string
+	approvalTimeout  time.Duration
 }
 
 const runLong = `Run one command in a fresh sandbox and stream its output.
@@ -93,6 +98,11 @@ func runCommand() *command {
 			fl.StringVar(&f.outputLimit, "output-limit", "", "cap each captured stream at `BYTES`: the first and last halves are kept (--json)")
 			fl.StringArrayVar(&f.secrets, "secret", nil, "hand the command a secret read from a host file, `NAME=@FILE`: inside it is the sealed in-memory file $NAME_FILE and it is redacted from output (repeatable)")
 			fl.StringVar(&f.spill, "spill", "", "with --json, write a stream that passes the output limit in full to a file in `DIR` (named in the result)")
+			fl.StringVar(&f.profile, "profile", "", "policy profile `NAME`: untrusted narrows; trusted only where a user or managed policy file declares it")
+			fl.StringArrayVar(&f.allow, "allow", nil, "per-call allow `RULE` (repeatable; can only narrow, grants nothing)")
+			fl.StringArrayVar(&f.ask, "ask", nil, "per-call ask `RULE`, e.g. 'Exec(git push*)' (repeatable)")
+			fl.StringArrayVar(&f.deny, "deny", nil, "per-call deny `RULE`, e.g. 'Read(secrets/**)' (repeatable)")
+			fl.DurationVar(&f.approvalTimeout, "approval-timeout", time.Minute, "how long an ask rule waits for an answer on the terminal before it denies")
 			fl.StringVar(&f.config, "config", "", "operator config `FILE` with default limits (default $MOAT_CONFIG or "+config.DefaultPath+")")
 		},
 		run: func(ctx context.Context, args []string) error {
@@ -183,6 +193,27 @@ func runRun(ctx context.Context, f *runFlags, args []string) error {
 		}
 		defer restore()
 	}
+	if f.profile != "" && f.profile != string(policy.Untrusted) && f.profile != string(policy.Trusted) {
+		return fmt.Errorf("%w: --profile: want untrusted or trusted, not %q", sandbox.ErrInvalidSpec, f.profile)
+	}
+	if f.approvalTimeout <= 0 {
+		return fmt.Errorf("%w: --approval-timeout must be above 0", sandbox.ErrInvalidSpec)
+	}
+	spec, rp, err := applyPolicy(f, spec, args)
+	if err != nil {
+		return err
+	}
+	if rp.Effect != policy.Allow {
+		res := sandbox.DeniedResult(deniedReason(rp))
+		if f.json {
+			if err := printResult(res, rp); err != nil {
+				return err
+			}
+		} else {
+			fmt.Fprintln(os.Stderr, "moat:", res.Error)
+		}
+		return &exitError{code: res.ExitCode}
+	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	defer signal.Stop(sigs)
@@ -202,7 +233,7 @@ func runRun(ctx context.Context, f *runFlags, args []string) error {
 	}
 	res, err := rt.Run(ctx, spec, proc)
 	if f.json {
-		if perr := printJSON(res); perr != nil {
+		if perr := printResult(res, rp); perr != nil {
 			return perr
 		}
 		return &exitError{code: res.ExitCode}
@@ -219,8 +250,13 @@ func runRun(ctx context.Context, f *runFlags, args []string) error {
 	return &exitError{code: res.ExitCode}
 }
 
-// printJSON writes one indented JSON result to stdout.
-func printJSON(res *sandbox.Result) error {
+// printResult writes one indented JSON result with the policy's decision.
+func printResult(res *sandbox.Result, rp *runPolicy) error {
+	return printJSON(runResult{Result: res, Policy: rp})
+}
+
+// printJSON writes one indented JSON value to stdout.
+func printJSON(res any) error {
 	enc := json.NewEncoder(os.Stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(res)

@@ -1,0 +1,183 @@
+package enforce
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/sandbox"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxWalk     = 10000
+	DefaultMaxRestrict = 512
+)
+
+// Options tune Compile.
+type Options struct {
+	// MaxWalk bounds the directory entries visited while expanding
+	// patterns, over all trees (default DefaultMaxWalk). Past it the rest
+	// is not walked and Unenforced says so.
+	MaxWalk int
+	// MaxRestrict bounds the restrictions (mounts) added (default
+	// DefaultMaxRestrict).
+	MaxRestrict int
+	// HostRoot is the host's "/" to list for the trusted profile's binds
+	// (tests); default "/".
+	HostRoot string
+}
+
+// Report says what Compile did and what the kernel will not enforce.
+type Report struct {
+	Profile policy.Profile `json:"profile"`
+	// Binds added to the spec (the trusted profile's host directories and
+	// writable roots).
+	Binds []sandbox.Bind `json:"binds,omitempty"`
+	// Restrict added to the spec.
+	Restrict []sandbox.Restriction `json:"restrict,omitempty"`
+	// Unenforced lists, one line each, what only the policy engine
+	// enforces (for the requests moat judges itself).
+	Unenforced []string `json:"unenforced,omitempty"`
+	// Walked counts the directory entries visited expanding patterns.
+	Walked int `json:"walked"`
+	// Created lists host entries Compile created so they could be
+	// protected: an empty hooks directory in a .git that lacked one.
+	Created []string `json:"created,omitempty"`
+}
+
+// ErrDenied is returned (wrapped in *DeniedError) when the spec itself asks
+// for what the policy denies: a bind of a credential directory, a writable
+// bind of a protected path.
+var ErrDenied = errors.New("denied by policy")
+
+// DeniedError says which part of a spec the policy refused and why.
+type DeniedError struct {
+	What     string // "--ro /root/.ssh"
+	Decision policy.Decision
+}
+
+func (e *DeniedError) Error() string {
+	return fmt.Sprintf("%s: %s by policy: %s", e.What, e.Decision.Effect, e.Decision.Reason)
+}
+func (e *DeniedError) Unwrap() error { return ErrDenied }
+
+// Context is the policy context of a spec: its workspace (WorkspaceDir
+// for an in-memory one), the given home, and its binds as read and write
+// roots; symlinks resolved on the host.
+func Context(spec *sandbox.Spec, home string) policy.Context {
+	c := policy.Context{Workspace: spec.Workspace, Home: home, Resolve: true}
+	if c.Workspace == "" {
+		c.Workspace = WorkspaceDir
+	}
+	for _, b := range spec.Binds {
+		if b.Writable {
+			c.WriteRoots = append(c.WriteRoots, b.Source)
+		} else {
+			c.ReadRoots = append(c.ReadRoots, b.Source)
+		}
+	}
+	return c
+}
+
+// Compile checks spec against eff and returns a copy of spec with the
+// policy compiled in (binds and restrictions), and a report. eff must have
+// been compiled for Context(spec, home). The spec's own binds must be
+// allowed by the policy (a deny or ask is a *DeniedError: an operator's
+// setup is not something to ask about).
+func Compile(eff *policy.Effective, spec *sandbox.Spec, o Options) (*sandbox.Spec, *Report, error) {
+	if o.MaxWalk <= 0 {
+		o.MaxWalk = DefaultMaxWalk
+	}
+	if o.MaxRestrict <= 0 {
+		o.MaxRestrict = DefaultMaxRestrict
+	}
+	if o.HostRoot == "" {
+		o.HostRoot = "/"
+	}
+	for _, b := range spec.Binds {
+		req, what := policy.ReadPath(b.Source), "--ro "+b.Source
+		if b.Writable {
+			req, what = policy.WritePath(b.Source), "--rw "+b.Source
+		}
+		if d := eff.Decide(req); d.Effect != policy.Allow {
+			return nil, nil, &DeniedError{What: what, Decision: d}
+		}
+	}
+	out := *spec
+	out.Binds = append([]sandbox.Bind(nil), spec.Binds...)
+	out.Restrict = append([]sandbox.Restriction(nil), spec.Restrict...)
+	c := &compiler{eff: eff, roots: eff.Roots(), o: o, rep: &Report{Profile: eff.Profile()}, spec: &out, seen: map[string]bool{}}
+	for _, r := range out.Restrict {
+		c.seen[r.Path] = true
+	}
+	if c.roots.Profile == policy.Trusted {
+		c.trustedBinds()
+	}
+	c.view = NewView(&out)
+	c.restrict()
+	if len(c.roots.NetAllow) > 0 && !c.roots.NetEnforced {
+		c.note("network allowlist %s recorded; there is no egress proxy yet, so the sandbox has no network", strings.Join(c.roots.NetAllow, ", "))
+	}
+	for _, w := range eff.Warnings() {
+		if strings.HasPrefix(w, "Exec rules judge") {
+			c.note("Exec rules are checked on the commands moat runs, not on what those run in turn")
+		}
+	}
+	sort.SliceStable(out.Restrict, func(i, j int) bool {
+		return strings.Count(out.Restrict[i].Path, "/") < strings.Count(out.Restrict[j].Path, "/")
+	})
+	return &out, c.rep, nil
+}
+
+type compiler struct {
+	eff   *policy.Effective
+	roots policy.Roots
+	o     Options
+	rep   *Report
+	spec  *sandbox.Spec
+	view  *View
+	seen  map[string]bool // restricted sandbox paths
+	full  bool            // MaxRestrict reached
+}
+
+func (c *compiler) note(format string, a ...any) {
+	s := fmt.Sprintf(format, a...)
+	for _, u := range c.rep.Unenforced {
+		if u == s {
+			return
+		}
+	}
+	c.rep.Unenforced = append(c.rep.Unenforced, s)
+}
+
+func (c *compiler) add(p string, m sandbox.RestrictMode) {
+	if c.seen[p] {
+		return
+	}
+	// Nothing to add below a hidden or read-only path.
+	for q := path.Dir(p); ; q = path.Dir(q) {
+		for _, r := range c.spec.Restrict {
+			if r.Path == q && (r.Mode == sandbox.Hide || (r.Mode == sandbox.ReadOnly && m != sandbox.Hide)) {
+				return
+			}
+		}
+		if q == "/" {
+			break
+		}
+	}
+	if len(c.rep.Restrict) >= c.o.MaxRestrict {
+		if !c.full {
+			c.full = true
+			c.note("more than %d paths to restrict: the rest (from %s on) are enforced by the policy engine only", c.o.MaxRestrict, p)
+		}
+		return
+	}
+	c.seen[p] = true
+	r := sandbox.Restriction{Path: p, Mode: m}
+	c.spec.Restrict = append(c.spec.Restrict, r)
+	c.rep.Restrict = append(c.rep.Restrict, r)
+}
