@@ -386,3 +386,24 @@ func TestCompileChecksFiles(t *testing.T) {
 		t.Error("With accepted a hand-made rule")
 	}
 }
+
+// TestPathEntryMatch: Match covers a path and what is below it, MatchExact
+// only the path itself, at any depth of "**".
+func TestPathEntryMatch(t *testing.T) {
+	git := entryOf(below("/ws", "**", ".git"), Deny, "")
+	hooks := entryOf(below("/w[s]", "**", ".git", "**", "hooks"), Deny, "")
+	for _, c := range []struct {
+		e            PathEntry
+		p            string
+		match, exact bool
+	}{
+		{git, "/ws/.git", true, true}, {git, "/ws/a/.git", true, true}, {git, "/ws/.git/x", true, false},
+		{git, "/ws/.git/x/.git", true, true}, {git, "/ws", false, false}, {git, "/wsx/.git", false, false},
+		{hooks, "/w[s]/.git/hooks", true, true}, {hooks, "/w[s]/.git/modules/m/hooks", true, true},
+		{hooks, "/w[s]/.git/hooks/x", true, false}, {hooks, "/w[s]/hooks", false, false}, {hooks, "/ws/.git/hooks", false, false},
+	} {
+		if c.e.Match(c.p) != c.match || c.e.MatchExact(c.p) != c.exact {
+			t.Errorf("%s on %s: match %v exact %v", c.e.Pattern, c.p, c.e.Match(c.p), c.e.MatchExact(c.p))
+		}
+	}
+}
