@@ -35,7 +35,8 @@ const (
 
 // Messages from agent to host.
 const (
-	// MsgReady says the root is built and hardened.
+	// MsgReady says the root is built and hardened; Restrict reports the
+	// setup's restrictions when it had any.
 	MsgReady MsgType = "ready"
 	// MsgStarted says a process runs. FDs: the pty master when TTY.
 	MsgStarted MsgType = "started"
@@ -61,6 +62,18 @@ type Message struct {
 	// Phases (MsgReady) are the init's setup steps as wall-clock
 	// microseconds since the Unix epoch, for start-up profiling.
 	Phases []Phase `json:"phases,omitempty"`
+	// Restrict (MsgReady) says how Setup.Restrict was applied.
+	Restrict *RestrictReport `json:"restrict,omitempty"`
+}
+
+// RestrictReport is the outcome of a setup's restrictions.
+type RestrictReport struct {
+	// Applied counts the restrictions in force: mounted, or covered by a
+	// hidden parent.
+	Applied int `json:"applied"`
+	// Skipped lists the paths that did not exist at setup, in the order
+	// they were applied.
+	Skipped []string `json:"skipped,omitempty"`
 }
 
 // Phase is one timed step of sandbox setup.
@@ -103,6 +116,25 @@ type Setup struct {
 	// OneShot makes the agent exit (ending the sandbox) after the first
 	// process it started has exited.
 	OneShot bool `json:"one_shot,omitempty"`
+	// Restrict narrows paths of the built root with mounts, after the
+	// trees of Mounts are in place (sandbox.Spec.Restrict, validated by
+	// the host).
+	Restrict []Restriction `json:"restrict,omitempty"`
+}
+
+// Restriction modes (sandbox.RestrictMode on the wire).
+const (
+	RestrictHide     = "hide"
+	RestrictReadOnly = "read-only"
+	RestrictPin      = "pin"
+)
+
+// Restriction narrows one path of the sandbox's root.
+type Restriction struct {
+	// Path is absolute and clean, inside the sandbox.
+	Path string `json:"path"`
+	// Mode is RestrictHide, RestrictReadOnly or RestrictPin.
+	Mode string `json:"mode"`
 }
 
 // Mount is one detached mount tree placed at Target inside the sandbox.

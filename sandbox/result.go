@@ -88,6 +88,12 @@ type Enforcement struct {
 	// sandbox: the whole sandbox (one-shot), the call's cgroup (every
 	// descendant), or its process group only.
 	CallTree string `json:"call_tree,omitempty"`
+	// Restricted counts the Spec.Restrict entries in force (a path under
+	// a hidden directory counts: it is covered by it). RestrictSkipped
+	// lists the paths that did not exist when the sandbox was set up, so
+	// nothing protects them.
+	Restricted      int      `json:"restricted,omitempty"`
+	RestrictSkipped []string `json:"restrict_skipped,omitempty"`
 }
 
 // Sentinel errors that callers branch on.

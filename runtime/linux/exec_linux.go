@@ -427,7 +427,7 @@ func (c *call) drain() {
 // result turns the call's outcome into a Result.
 func (c *call) result() (*sandbox.Result, error) {
 	s := c.s
-	e := s.enforcement
+	e := s.Enforcement()
 	res := &sandbox.Result{Enforcement: &e, TimeToFirstOutputMs: -1}
 	res.DurationMs = time.Since(c.start).Milliseconds()
 	if f := c.firstOut.Load(); f > 0 {

@@ -54,7 +54,7 @@ func harden(s *guest.Setup, mounts []guest.Mount, landlockABI int) error {
 	if err := threadPrctl(unix.PR_SET_NO_NEW_PRIVS, 1); err != nil {
 		return stageErr("no_new_privs", err)
 	}
-	if err := applyLandlock(mounts, s.MemoryWorkspace, landlockABI); err != nil {
+	if err := applyLandlock(mounts, s.MemoryWorkspace, len(s.Restrict) > 0, landlockABI); err != nil {
 		return stageErr("landlock", err)
 	}
 	prog, err := decodeBPF(s.Seccomp)
@@ -119,7 +119,9 @@ func loopbackUp() error {
 // applyLandlock mirrors the filesystem policy as a Landlock domain: the
 // whole tree readable and executable, writes only where the sandbox has
 // writable mounts, abstract Unix sockets and signals scoped to the sandbox.
-func applyLandlock(mounts []guest.Mount, memoryWorkspace bool, abi int) error {
+// With restrictions, a writable place may be gone from the view (beneath a
+// hidden directory): it gets no rule rather than failing the setup.
+func applyLandlock(mounts []guest.Mount, memoryWorkspace, restricted bool, abi int) error {
 	cfg, err := landlockConfig(abi)
 	if err != nil {
 		return err
@@ -147,6 +149,9 @@ func applyLandlock(mounts []guest.Mount, memoryWorkspace bool, abi int) error {
 		// across directories fails with EXDEV.
 		writable = writable.WithRefer()
 	}
+	if restricted {
+		writable = writable.IgnoreIfMissing()
+	}
 	rules := []landlock.Rule{
 		landlock.RODirs("/"),
 		writable,
@@ -157,7 +162,11 @@ func applyLandlock(mounts []guest.Mount, memoryWorkspace bool, abi int) error {
 		landlock.PathAccess(llsys.AccessFSWriteFile, "/proc"),
 	}
 	if len(rwFiles) > 0 {
-		rules = append(rules, landlock.RWFiles(rwFiles...))
+		files := landlock.RWFiles(rwFiles...)
+		if restricted {
+			files = files.IgnoreIfMissing()
+		}
+		rules = append(rules, files)
 	}
 	return cfg.Restrict(rules...)
 }

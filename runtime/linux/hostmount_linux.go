@@ -239,9 +239,14 @@ func mountTree(s hostSource, ids *idmapCache) (int, error) {
 		unix.Close(tree)
 		return -1, err
 	}
+	// A clone of a shared host mount is in the host mount's peer group:
+	// whatever the init later mounts inside it (a nested bind, a
+	// restriction) would propagate to the host's mount table. Private
+	// cuts it out of that group, both ways.
 	attr := &unix.MountAttr{
-		Attr_set:  unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV,
-		Userns_fd: uint64(uns),
+		Attr_set:    unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV,
+		Userns_fd:   uint64(uns),
+		Propagation: unix.MS_PRIVATE,
 	}
 	if !s.mount.Writable {
 		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY

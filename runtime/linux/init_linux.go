@@ -118,7 +118,7 @@ func initSandbox(conn *guest.Conn) (*guest.Setup, int, error) {
 		return nil, -1, stageErr("close-on-exec", err)
 	}
 	mark("setup received")
-	err = buildRoot(s, fds)
+	restricted, err := buildRoot(s, fds)
 	closeFDs(fds)
 	mark("root built")
 	if err != nil {
@@ -131,7 +131,7 @@ func initSandbox(conn *guest.Conn) (*guest.Setup, int, error) {
 		return nil, -1, err
 	}
 	mark("hardened")
-	return s, homeFD, conn.Send(&guest.Message{Type: guest.MsgReady, Phases: phases})
+	return s, homeFD, conn.Send(&guest.Message{Type: guest.MsgReady, Phases: phases, Restrict: restricted})
 }
 
 // checkCwdInRoot verifies that the init's working directory is inside the

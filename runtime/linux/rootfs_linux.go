@@ -35,48 +35,54 @@ var (
 // devNodes are the host device nodes bound into /dev.
 var devNodes = []string{"null", "zero", "full", "random", "urandom", "tty"}
 
-// buildRoot assembles the sandbox's root filesystem and pivots into it.
+// buildRoot assembles the sandbox's root filesystem and pivots into it. It
+// returns how s.Restrict was applied (nil without restrictions).
 //
 // Preconditions: the caller is the sandbox's init, root in a fresh user
 // namespace that owns a fresh mount namespace; trees are detached mount fds
 // (one per s.Mounts entry) prepared by the host.
-func buildRoot(s *guest.Setup, trees []int) error {
+func buildRoot(s *guest.Setup, trees []int) (*guest.RestrictReport, error) {
 	if len(trees) != len(s.Mounts) {
-		return fmt.Errorf("setup: %d mount trees for %d mounts", len(trees), len(s.Mounts))
+		return nil, fmt.Errorf("setup: %d mount trees for %d mounts", len(trees), len(s.Mounts))
 	}
 	// Nothing we mount may propagate back to the host.
 	if err := unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
-		return stageErr("make / a slave mount", err)
+		return nil, stageErr("make / a slave mount", err)
 	}
 	root := stagingRoot
 	if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m,nr_inodes=4096"); err != nil {
-		return stageErr("mount root tmpfs", err)
+		return nil, stageErr("mount root tmpfs", err)
 	}
 	for _, d := range systemDirs {
 		if err := bindHostPath(d, root+d); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if err := buildEtc(root, s); err != nil {
-		return err
+		return nil, err
 	}
 	if err := buildDev(root, s); err != nil {
-		return err
+		return nil, err
 	}
 	if err := buildProc(root); err != nil {
-		return err
+		return nil, err
 	}
 	if err := mountScratch(root, s); err != nil {
-		return err
+		return nil, err
 	}
 	if err := attachTrees(root, s.Mounts, trees); err != nil {
-		return err
+		return nil, err
+	}
+	// Restrictions narrow what the trees above made visible or writable.
+	rep, err := applyRestrictions(root, s.Restrict)
+	if err != nil {
+		return nil, err
 	}
 	// The root itself (directories, mount points, symlinks) is read-only.
 	if err := unix.MountSetattr(unix.AT_FDCWD, root, 0, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
-		return stageErr("make root read-only", err)
+		return nil, stageErr("make root read-only", err)
 	}
-	return pivot(root)
+	return rep, pivot(root)
 }
 
 // pivot makes root the sandbox's "/" and detaches the host's tree entirely.

@@ -242,6 +242,9 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	if err := validHostname(hostname); err != nil {
 		return nil, err
 	}
+	if err := validateRestrictions(spec.Restrict); err != nil {
+		return nil, err
+	}
 	srcs, err := openSources(spec)
 	if err != nil {
 		return nil, err
@@ -355,6 +358,7 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 		MemoryWorkspace: spec.Workspace == "",
 		LandlockABI:     r.landlock,
 		OneShot:         oneShot,
+		Restrict:        guestRestrictions(spec.Restrict),
 	}
 	fds := make([]int, len(trees))
 	for i, t := range trees {

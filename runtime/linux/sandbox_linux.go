@@ -42,10 +42,11 @@ type linuxSandbox struct {
 	readEnd chan struct{}  // closed when the init's socket is closed
 	ready   chan error     // setup outcome, buffered
 
-	mu      sync.Mutex
-	waiters map[uint64]chan *msgWithFDs
-	nextID  uint64
-	closed  bool
+	mu       sync.Mutex
+	waiters  map[uint64]chan *msgWithFDs
+	nextID   uint64
+	closed   bool
+	restrict *guest.RestrictReport // from the init's ready message
 
 	shutdown sync.Once
 	closing  atomic.Bool
@@ -81,8 +82,18 @@ func newID() string {
 // ID names the sandbox on this host.
 func (s *linuxSandbox) ID() string { return s.id }
 
-// Enforcement reports the protections in effect for this sandbox.
-func (s *linuxSandbox) Enforcement() sandbox.Enforcement { return s.enforcement }
+// Enforcement reports the protections in effect for this sandbox. The
+// restrictions' outcome is known once the init is ready.
+func (s *linuxSandbox) Enforcement() sandbox.Enforcement {
+	e := s.enforcement
+	s.mu.Lock()
+	if r := s.restrict; r != nil {
+		e.Restricted = r.Applied
+		e.RestrictSkipped = append([]string(nil), r.Skipped...)
+	}
+	s.mu.Unlock()
+	return e
+}
 
 // Done is closed once the init has exited.
 func (s *linuxSandbox) Done() <-chan struct{} { return s.exited }
@@ -118,6 +129,9 @@ func (s *linuxSandbox) readLoop() {
 			switch m.Type {
 			case guest.MsgReady:
 				s.logPhases(m.Phases)
+				s.mu.Lock()
+				s.restrict = m.Restrict
+				s.mu.Unlock()
 				s.ready <- nil
 			case guest.MsgError:
 				s.ready <- setupErr(m.Error)
