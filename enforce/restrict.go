@@ -123,9 +123,24 @@ func (c *compiler) literal(e item, missing map[string]bool) {
 	if isSystem(t.Target) && strings.HasPrefix(e.Source, "builtin:") {
 		return // the runtime's /etc leaves the host's secrets out
 	}
-	if _, err := os.Lstat(e.Path); err != nil {
+	st, err := os.Lstat(e.Path)
+	if err != nil {
 		if !hide && os.IsNotExist(err) {
 			missing[t.Target] = true
+		}
+		return
+	}
+	if st.Mode()&os.ModeSymlink != 0 {
+		// A mount cannot go on a symlink; what it points to can, when the
+		// sandbox sees that.
+		target, err := policy.ResolvePath(e.Path)
+		if err != nil {
+			return
+		}
+		if tsp, tt, ok := c.view.Sandbox(target); ok && tt.Host != "" && tsp != tt.Target && (hide || tt.Writable) {
+			if _, err := os.Lstat(target); err == nil {
+				c.judge(target, tsp, tt, hide, e.EntryOnly)
+			}
 		}
 		return
 	}
@@ -183,6 +198,9 @@ func (c *compiler) walk(t Tree, ps []item) {
 				return false
 			}
 			c.rep.Walked++
+			if d.Type()&os.ModeSymlink != 0 {
+				continue // nothing can be mounted on a symlink; its target is judged where it lies
+			}
 			comps = append(comps, d.Name())
 			h, s := host+"/"+d.Name(), sp+"/"+d.Name()
 			if !c.match(comps, h, s, t, hide, ro) && d.IsDir() && !(gitSkip[d.Name()] && path.Base(host) == ".git") {
