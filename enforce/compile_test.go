@@ -106,7 +106,7 @@ func TestCompileWorkspace(t *testing.T) {
 		"/workspace/sub/.git": sandbox.Pin, "/workspace/sub/.git/hooks": sandbox.ReadOnly, "/workspace/sub/.git/config": sandbox.ReadOnly,
 		"/workspace/node_modules/m/.git": sandbox.Pin, "/workspace/node_modules/m/.git/hooks": sandbox.ReadOnly,
 		"/workspace/node_modules/m/.git/config": sandbox.ReadOnly,
-		"/workspace/server.pem": sandbox.Hide, "/workspace/.env": sandbox.Hide, "/workspace/src/deep/id_rsa": sandbox.Hide,
+		"/workspace/server.pem":                 sandbox.Hide, "/workspace/.env": sandbox.Hide, "/workspace/src/deep/id_rsa": sandbox.Hide,
 		"/workspace/.bashrc": sandbox.ReadOnly, "/workspace/docs/.zshrc": sandbox.ReadOnly,
 		"/workspace/.moat": sandbox.Pin, "/workspace/.moat/policy.toml": sandbox.ReadOnly,
 	}
