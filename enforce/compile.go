@@ -13,7 +13,7 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultMaxWalk     = 10000
+	DefaultMaxWalk     = 5000
 	DefaultMaxRestrict = 512
 )
 
@@ -29,6 +29,9 @@ type Options struct {
 	// HostRoot is the host's "/" to list for the trusted profile's binds
 	// (tests); default "/".
 	HostRoot string
+	// DryRun changes nothing on the host (moat policy explain): a missing
+	// hooks directory is reported as one that would be created.
+	DryRun bool
 }
 
 // Report says what Compile did and what the kernel will not enforce.
@@ -128,7 +131,11 @@ func Compile(eff *policy.Effective, spec *sandbox.Spec, o Options) (*sandbox.Spe
 		}
 	}
 	sort.SliceStable(out.Restrict, func(i, j int) bool {
-		return strings.Count(out.Restrict[i].Path, "/") < strings.Count(out.Restrict[j].Path, "/")
+		a, b := out.Restrict[i].Path, out.Restrict[j].Path
+		if da, db := strings.Count(a, "/"), strings.Count(b, "/"); da != db {
+			return da < db
+		}
+		return a < b
 	})
 	return &out, c.rep, nil
 }

@@ -172,66 +172,113 @@ func (c *compiler) judge(host, sp string, t Tree, hide, entryOnly bool) bool {
 	return true
 }
 
-// walk searches one tree for paths the patterns name.
+// walk searches one tree for paths the patterns name, breadth first (so a
+// spent budget leaves the deepest levels unsearched, not a whole top-level
+// directory). Patterns are indexed by their last segment, so most entries
+// cost one map lookup and a few glob tests (a path a pattern matches ends
+// with a component its last segment matches; the search stops at the
+// first, shallowest match).
 func (c *compiler) walk(t Tree, ps []item) {
-	var hide, ro []policy.PathEntry
-	for _, e := range ps {
-		if e.hide {
-			hide = append(hide, e.PathEntry)
-		} else if t.Writable {
-			ro = append(ro, e.PathEntry)
-		}
+	idx := newIndex(ps, t.Writable)
+	type dir struct {
+		host, sp string
+		comps    []string
 	}
-	var comps []string
+	var root []string
 	if t.Host != "/" {
-		comps = strings.Split(t.Host[1:], "/")
+		root = strings.Split(t.Host[1:], "/")
 	}
-	var visit func(host, sp string) bool
-	visit = func(host, sp string) bool {
-		ents, err := os.ReadDir(host)
+	queue := []dir{{t.Host, t.Target, root}}
+	for len(queue) > 0 {
+		d := queue[0]
+		queue = queue[1:]
+		f, err := os.Open(d.host)
 		if err != nil {
-			return true
+			continue
 		}
-		for _, d := range ents {
+		ents, _ := f.ReadDir(-1)
+		f.Close()
+		comps := append(d.comps[:len(d.comps):len(d.comps)], "")
+		for _, e := range ents {
 			if c.rep.Walked >= c.o.MaxWalk {
-				c.note("%s was searched only in part for protected and credential files (walk budget of %d entries spent): only the policy engine refuses what patterns name in the rest", t.Target, c.o.MaxWalk)
-				return false
+				c.note("%s was searched only in part for protected and credential files (walk budget of %d entries spent; breadth first): only the policy engine refuses what patterns name deeper", t.Target, c.o.MaxWalk)
+				return
 			}
 			c.rep.Walked++
-			if d.Type()&os.ModeSymlink != 0 {
+			name := e.Name()
+			if e.Type()&os.ModeSymlink != 0 {
 				continue // nothing can be mounted on a symlink; its target is judged where it lies
 			}
-			comps = append(comps, d.Name())
-			h, s := host+"/"+d.Name(), sp+"/"+d.Name()
-			if !c.match(comps, h, s, t, hide, ro) && d.IsDir() && !(gitSkip[d.Name()] && path.Base(host) == ".git") {
-				if !visit(h, s) {
-					return false
-				}
+			comps[len(comps)-1] = name
+			h, s := d.host+"/"+name, d.sp+"/"+name
+			if cands := idx.candidates(name); len(cands) > 0 && c.match(comps, h, s, t, cands) {
+				continue
 			}
-			comps = comps[:len(comps)-1]
+			if e.IsDir() && !(gitSkip[name] && path.Base(d.host) == ".git") {
+				queue = append(queue, dir{h, s, append([]string(nil), comps...)})
+			}
 		}
-		return true
 	}
-	visit(t.Host, t.Target)
 }
 
-// match restricts h (components comps) if a pattern names it; true when
-// what is below needs no more search.
-func (c *compiler) match(comps []string, h, s string, t Tree, hide, ro []policy.PathEntry) bool {
-	for _, e := range hide {
-		if e.MatchComponents(comps, true) {
+// index finds the patterns whose last segment matches a name.
+type index struct {
+	byName map[string][]item
+	globs  []globItem
+	always []item
+	buf    []item
+}
+
+type globItem struct {
+	item
+	match func(string) bool
+}
+
+func newIndex(ps []item, writable bool) *index {
+	x := &index{byName: map[string][]item{}}
+	for _, e := range ps {
+		if !e.hide && !writable {
+			continue // read-only entries matter only in writable trees
+		}
+		name, lit, match, any := e.Last()
+		switch {
+		case any:
+			x.always = append(x.always, e)
+		case lit:
+			x.byName[name] = append(x.byName[name], e)
+		default:
+			x.globs = append(x.globs, globItem{e, match})
+		}
+	}
+	return x
+}
+
+func (x *index) candidates(name string) []item {
+	x.buf = append(append(x.buf[:0], x.byName[name]...), x.always...)
+	for _, g := range x.globs {
+		if g.match(name) {
+			x.buf = append(x.buf, g.item)
+		}
+	}
+	return x.buf
+}
+
+// match restricts h (components comps) if one of the candidate patterns
+// names it exactly; true when what is below needs no more search.
+func (c *compiler) match(comps []string, h, s string, t Tree, cands []item) bool {
+	entry, whole := false, false
+	for _, e := range cands {
+		if !e.MatchComponents(comps, false) {
+			continue
+		}
+		switch {
+		case e.hide:
 			if c.judge(h, s, t, true, false) {
 				return true
 			}
-			break
-		}
-	}
-	entry, whole := false, false
-	for _, e := range ro {
-		switch {
-		case e.EntryOnly && e.MatchComponents(comps, false):
+		case e.EntryOnly:
 			entry = true
-		case !e.EntryOnly && e.MatchComponents(comps, true):
+		default:
 			whole = true
 		}
 	}
@@ -253,6 +300,12 @@ func within(p, dir string) bool {
 // git treats an empty hooks directory like a missing one. It is created
 // beneath the .git directory without following symlinks, owned like it.
 func (c *compiler) gitHooks(gitDir, sp string) {
+	if c.o.DryRun {
+		if _, err := os.Lstat(path.Join(gitDir, "hooks")); os.IsNotExist(err) {
+			c.rep.Created = append(c.rep.Created, path.Join(gitDir, "hooks")+" (would be created)")
+		}
+		return
+	}
 	created, err := mkdirOwned(gitDir, "hooks")
 	if err != nil {
 		c.note("%s/hooks could not be created to protect it (%v): the sandbox can create it; moat's own file operations refuse it", sp, err)

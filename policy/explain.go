@@ -46,6 +46,32 @@ func (e PathEntry) MatchComponents(comps []string, below bool) bool {
 	return e.pat != nil && e.pat.matchAt(comps, below)
 }
 
+// Last describes the pattern's last segment other than "**": name is its
+// literal text when it has no wildcard (lit true), and match tests a
+// component against it. A path the pattern matches exactly ends with a
+// component that segment matches. any is true when there is no such
+// segment ("/**"): every path can match.
+func (e PathEntry) Last() (name string, lit bool, match func(string) bool, any bool) {
+	if e.pat == nil {
+		return "", false, nil, true
+	}
+	var seg *pseg
+	if e.pat.any {
+		seg = &e.pat.seg
+	} else {
+		for i := len(e.pat.segs) - 1; i >= 0; i-- {
+			if !e.pat.segs[i].dstar {
+				seg = &e.pat.segs[i]
+				break
+			}
+		}
+	}
+	if seg == nil || seg.dstar {
+		return "", false, nil, true
+	}
+	return seg.lit, seg.glob == nil, seg.matchName, false
+}
+
 // MatchExact says whether the pattern matches the clean absolute path p
 // itself (not because it lies below a match).
 func (e PathEntry) MatchExact(p string) bool {

@@ -12,14 +12,17 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
 
 	"github.com/moat-sandbox/moat/bench/internal/machine"
 	"github.com/moat-sandbox/moat/bench/internal/stats"
+	"github.com/moat-sandbox/moat/enforce"
 	"github.com/moat-sandbox/moat/internal/policyset"
 	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/sandbox"
 )
 
 // row is the figures of one request (or of the mix).
@@ -37,6 +40,18 @@ type report struct {
 	Compile stats.Summary `json:"compile_us"`
 	Mix     row           `json:"mix"`
 	Rows    []row         `json:"requests"`
+	// Spec: compiling the policy into a sandbox spec (package enforce)
+	// for synthetic workspaces of a given size.
+	Spec []specRow `json:"spec"`
+}
+
+// specRow is enforce.Compile for one workspace.
+type specRow struct {
+	Workspace string        `json:"workspace"`
+	Entries   int           `json:"entries"`
+	Walked    int           `json:"walked"`
+	Restrict  int           `json:"restrict"`
+	Micros    stats.Summary `json:"us"`
 }
 
 func main() {
@@ -103,7 +118,78 @@ func run(rounds int) (*report, error) {
 	}
 	s, _ := stats.Summarize(all)
 	rep.Mix = row{Request: fmt.Sprintf("all %d requests", len(reqs)), Micros: s}
+	for _, size := range []struct {
+		name        string
+		dirs, files int
+	}{{"small repository", 10, 10}, {"medium repository", 40, 25}, {"large repository (past the walk budget)", 100, 120}} {
+		r, err := specCompile(size.name, size.dirs, size.files)
+		if err != nil {
+			return nil, err
+		}
+		rep.Spec = append(rep.Spec, *r)
+	}
 	return rep, nil
+}
+
+// specCompile builds a workspace of dirs×dirs/4 directories holding files
+// files each, a .git with objects, config and no hooks, a few credential
+// files and rc files, and times enforce.Compile of the 100-rule policy
+// for it (hooks created on the first run, as moat run would).
+func specCompile(name string, dirs, files int) (*specRow, error) {
+	ws, err := os.MkdirTemp("", "moat-bench-ws-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(ws)
+	entries := 0
+	mk := func(p string) error {
+		entries++
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(ws, p)), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(ws, p), nil, 0o644)
+	}
+	for _, p := range []string{".git/config", ".git/HEAD", ".env", "deploy/server.pem", ".bashrc", "secrets/db"} {
+		if err := mk(p); err != nil {
+			return nil, err
+		}
+	}
+	for i := range 256 {
+		if err := mk(fmt.Sprintf(".git/objects/%02x/0000", i)); err != nil {
+			return nil, err
+		}
+	}
+	for d := range dirs {
+		for sd := range dirs / 4 {
+			for f := range files {
+				if err := mk(fmt.Sprintf("src/d%d/s%d/f%d.go", d, sd, f)); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	fs, err := policyset.Files()
+	if err != nil {
+		return nil, err
+	}
+	spec := &sandbox.Spec{Workspace: ws}
+	eff, err := policy.Compile(enforce.Context(spec, ws+"-home"), fs...)
+	if err != nil {
+		return nil, err
+	}
+	row := &specRow{Workspace: name, Entries: entries}
+	var samples []float64
+	for range 30 {
+		t := time.Now()
+		out, rep, err := enforce.Compile(eff, spec, enforce.Options{})
+		samples = append(samples, micros(time.Since(t)))
+		if err != nil {
+			return nil, err
+		}
+		row.Walked, row.Restrict = rep.Walked, len(out.Restrict)
+	}
+	row.Micros, _ = stats.Summarize(samples)
+	return row, nil
 }
 
 func micros(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
@@ -112,7 +198,7 @@ func markdown(r *report) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# moat policy decision benchmark\n\nMachine: %s, %s, %d × %s, %s; commit %s; %s.\n\n",
 		r.Machine.Kernel, r.Machine.OS, r.Machine.CPUs, r.Machine.CPUModel, r.Machine.GoVersion, r.Commit, r.Date)
-	fmt.Fprintf(&b, "Policy: internal/policyset, 100 rules in three layers (managed, project with the trusted profile, user). "+
+	fmt.Fprintf(&b, "Policy: internal/policyset, 100 rules in three layers (managed, project, user with the trusted profile). "+
 		"Each request is decided %d times after as many warm-up decisions; each sample is one `Decide` call, timed alone (wall clock, µs).\n\n", r.Rounds)
 	b.WriteString("| request | effect | p50 µs | p95 µs | p99 µs | max µs |\n|---|---|--:|--:|--:|--:|\n")
 	line := func(w io.Writer, x row) {
@@ -123,5 +209,11 @@ func markdown(r *report) string {
 	}
 	line(&b, r.Mix)
 	fmt.Fprintf(&b, "\nCompiling the policy (parse and compile the three layers): p50 %.0f µs, p95 %.0f µs (50 runs).\n", r.Compile.P50, r.Compile.P95)
+	b.WriteString("\nCompiling the policy into a sandbox spec (`enforce.Compile`: search the bound workspace for protected and credential files, " +
+		"untrusted profile, 30 runs each; the walk budget is 5,000 entries, breadth first; `.git/objects` is not searched):\n\n" +
+		"| workspace | entries | searched | restrictions | p50 µs | p95 µs |\n|---|--:|--:|--:|--:|--:|\n")
+	for _, x := range r.Spec {
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %.0f | %.0f |\n", x.Workspace, x.Entries, x.Walked, x.Restrict, x.Micros.P50, x.Micros.P95)
+	}
 	return b.String()
 }

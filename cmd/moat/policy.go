@@ -12,7 +12,9 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/moat-sandbox/moat/enforce"
 	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/sandbox"
 )
 
 const policyLong = `Check policy files and explain what a policy decides.
@@ -39,8 +41,10 @@ strictest one declared (untrusted when none is): untrusted reads the
 workspace and the system directories and writes the workspace; trusted reads
 the host but credentials and writes the workspace and the targets of allow
 Write rules. .git/hooks, .git/config, shell rc files and policy files stay
-read-only whatever the rules say. The policy is not yet compiled into the
-sandboxes moat runs: this command shows what it decides.
+read-only whatever the rules say. moat run (and moat serve) decide every
+command with this policy and compile it into the sandbox: explain ends with
+what a sandbox of the workspace gets from the kernel (binds, hidden and
+read-only paths) and what only the policy engine enforces.
 
 Exit codes: 0 as above; 1 an invalid policy file (check); 125 bad usage, or a
 policy that cannot be loaded (explain).`
@@ -182,13 +186,45 @@ func policyExplain(w io.Writer, f *policyFlags, args []string) error {
 		}
 	}
 	ex := eff.Explain(reqs...)
+	// What a sandbox for this workspace would get from the kernel.
+	_, rep, err := enforce.Compile(eff, &sandbox.Spec{Workspace: c.Workspace}, enforce.Options{DryRun: true})
+	if err != nil {
+		return err
+	}
 	if f.json {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(ex)
+		return enc.Encode(struct {
+			*policy.Explanation
+			Sandbox *enforce.Report `json:"sandbox"`
+		}{ex, rep})
 	}
 	printExplanation(w, ex)
+	printKernel(w, rep)
 	return nil
+}
+
+// printKernel shows what the policy compiles into a sandbox of the
+// workspace: the binds, the restricted paths and what stays unenforced.
+func printKernel(w io.Writer, rep *enforce.Report) {
+	fmt.Fprintf(w, "sandbox for this workspace (enforced by the kernel; %d entries searched):\n", rep.Walked)
+	fmt.Fprintln(w, "  network: none (loopback only)")
+	for _, b := range rep.Binds {
+		mode := "read-only"
+		if b.Writable {
+			mode = "writable"
+		}
+		fmt.Fprintf(w, "  bind %s %s\n", b.Target, mode)
+	}
+	for _, r := range rep.Restrict {
+		fmt.Fprintf(w, "  %-9s %s\n", r.Mode, r.Path)
+	}
+	for _, c := range rep.Created {
+		fmt.Fprintf(w, "  create %s\n", c)
+	}
+	for _, u := range rep.Unenforced {
+		fmt.Fprintf(w, "  not enforced by the kernel: %s\n", u)
+	}
 }
 
 func printExplanation(w io.Writer, ex *policy.Explanation) {

@@ -13,24 +13,35 @@ import (
 // Context is where the set's workspace and home are.
 var Context = policy.Context{Workspace: "/ws", Home: "/home/u"}
 
-// Effective compiles the three layers (managed, project with the trusted
-// profile, user).
+// Effective compiles the three layers (managed, project, user with the
+// trusted profile) for Context.
 func Effective() (*policy.Effective, error) {
+	files, err := Files()
+	if err != nil {
+		return nil, err
+	}
+	return policy.Compile(Context, files...)
+}
+
+// Files parses the three layers.
+func Files() ([]*policy.File, error) {
 	var mAllow, mAsk, mDeny, pAllow, pAsk, pDeny, uAllow, uAsk, uDeny []string
 	mDeny = []string{"Exec(rm -rf /*)", "Exec(mkfs*)", "Exec(dd if=*of=/dev/*)", "Exec(shutdown*)", "Exec(reboot*)",
 		"Read(~/.ssh/**)", "Read(~/.aws/**)", "Read(/etc/shadow)", "Read(*.pem)", "Read(*.key)",
 		"Net(domain:*.onion)", "Net(domain:metadata.google.internal)", "Exec(curl * | sh*)", "Exec(chmod -R 777 /*)", "Write(/etc/**)"}
 	mAsk = []string{"Exec(sudo *)", "Exec(docker *)", "Exec(kubectl *)", "Net(domain:*.amazonaws.com)", "Write(~/.config/**)"}
 	pAllow = []string{"Exec(npm run *)", "Exec(npm test*)", "Exec(go test*)", "Exec(go build*)", "Exec(make *)",
-		"Write(src/**)", "Write(test/**)", "Write(docs/**)", "Write(build/)", "Write(~/.cache/**)",
-		"Net(domain:*.github.com)", "Net(domain:registry.npmjs.org)", "Net(domain:proxy.golang.org)", "Net(domain:pypi.org)", "Net(domain:files.pythonhosted.org)",
+		"Write(src/**)", "Write(test/**)", "Write(docs/**)", "Write(build/)",
 		"Exec(git status*)", "Exec(git diff*)", "Exec(git log*)", "Exec(git add *)", "Exec(git commit *)",
 		"Read(src/**)", "Read(~/projects/**)", "Exec(python3 -m pytest*)", "Exec(cargo test*)", "Exec(cargo build*)"}
 	pAsk = []string{"Exec(git push*)", "Exec(npm publish*)", "Exec(git reset --hard*)", "Exec(git clean -fd*)", "Exec(terraform apply*)",
 		"Write(.github/workflows/**)", "Write(package.json)", "Write(go.mod)", "Write(Makefile)", "Net(domain:*.slack.com)"}
 	pDeny = []string{"Exec(git push --force*)", "Exec(git push -f*)", "Read(secrets/**)", "Write(secrets/**)", "Read(**/.env.production)",
 		"Exec(npm run deploy*)", "Exec(aws *)", "Exec(gcloud *)", "Exec(az *)", "Write(vendor/**)"}
-	uAllow = []string{"Exec(ls*)", "Exec(cat *)", "Exec(grep *)", "Exec(rg *)", "Exec(find *)", "Exec(head *)", "Exec(tail *)",
+	// Grants (writable roots, the network allowlist) come from the user
+	// layer: the project layer can only narrow.
+	uAllow = []string{"Write(~/.cache/**)", "Net(domain:*.github.com)", "Net(domain:registry.npmjs.org)", "Net(domain:proxy.golang.org)",
+		"Net(domain:pypi.org)", "Net(domain:files.pythonhosted.org)", "Exec(ls*)", "Exec(cat *)", "Exec(grep *)", "Exec(rg *)", "Exec(find *)", "Exec(head *)", "Exec(tail *)",
 		"Write(~/.npm/**)", "Write(~/go/pkg/**)", "Net(domain:*.googleapis.com)", "Net(domain:crates.io)", "Net(domain:static.crates.io)"}
 	uAsk = []string{"Exec(ssh *)", "Exec(scp *)", "Exec(rsync *)", "Net(domain:*.openai.com)", "Exec(brew *)", "Read(~/Documents/**)"}
 	uDeny = []string{"Read(~/.password-store/**)", "Read(~/Library/**)", "Exec(open *)", "Exec(osascript*)", "Write(~/.ssh/**)",
@@ -42,8 +53,8 @@ func Effective() (*policy.Effective, error) {
 		allow, ask, deny []string
 	}{
 		{policy.Managed, "/etc/moat/policy.toml", "", mAllow, mAsk, mDeny},
-		{policy.Project, ".moat/policy.toml", "trusted", pAllow, pAsk, pDeny},
-		{policy.User, "~/.config/moat/policy.toml", "", uAllow, uAsk, uDeny},
+		{policy.Project, ".moat/policy.toml", "", pAllow, pAsk, pDeny},
+		{policy.User, "~/.config/moat/policy.toml", "trusted", uAllow, uAsk, uDeny},
 	}
 	var files []*policy.File
 	n := 0
@@ -58,7 +69,7 @@ func Effective() (*policy.Effective, error) {
 	if n != 100 {
 		return nil, fmt.Errorf("policyset: %d rules, want 100", n)
 	}
-	return policy.Compile(Context, files...)
+	return files, nil
 }
 
 // toml writes one layer's file.
