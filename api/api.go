@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
@@ -48,6 +49,31 @@ type CreateSandbox struct {
 	// takes the server default.
 	IdleTimeoutMs int64             `json:"idle_timeout_ms,omitempty"`
 	Labels        map[string]string `json:"labels,omitempty"`
+	// Policy are rules of this sandbox, the lowest layer below the
+	// daemon's policy files: they can only narrow (deny, ask, the profile
+	// "untrusted"); their allow rules grant nothing.
+	Policy *policy.CallRules `json:"policy,omitempty"`
+}
+
+// SandboxPolicy is what the policy made of a sandbox at its create.
+type SandboxPolicy struct {
+	// Profile is the effective profile: untrusted or trusted.
+	Profile string `json:"profile"`
+	// Files are the policy files that were loaded, with their layer
+	// ("managed /etc/moat/policy.toml").
+	Files []string `json:"files,omitempty"`
+	// Warnings are the policy's own (ignored widening rules of the
+	// project file, ...).
+	Warnings []string `json:"warnings,omitempty"`
+	// Unenforced lists, one line each, what the kernel does not enforce
+	// and only the daemon's decisions do (for the calls it judges).
+	Unenforced []string `json:"unenforced,omitempty"`
+	// Restrictions counts the paths hidden or made read-only in the
+	// sandbox by the policy.
+	Restrictions int `json:"restrictions"`
+	// Created lists host entries made so they could be protected (an
+	// empty .git/hooks).
+	Created []string `json:"created,omitempty"`
 }
 
 // Sandbox describes one sandbox.
@@ -67,6 +93,8 @@ type Sandbox struct {
 	// Running counts the sandbox's processes that have not ended.
 	Running     int                  `json:"running"`
 	Enforcement *sandbox.Enforcement `json:"enforcement,omitempty"`
+	// Policy is what the policy made of the sandbox (running sandboxes).
+	Policy *SandboxPolicy `json:"policy,omitempty"`
 }
 
 // SandboxRef names a sandbox (sandbox.get, sandbox.delete).
@@ -108,6 +136,9 @@ type Exec struct {
 	// Concurrent lets this exec run beside another running exec in the
 	// same sandbox; otherwise the second one is refused (409 busy).
 	Concurrent bool `json:"concurrent,omitempty"`
+	// Policy are rules for this call alone, below the sandbox's: they can
+	// only narrow.
+	Policy *policy.CallRules `json:"policy,omitempty"`
 }
 
 // Process states.
@@ -176,6 +207,9 @@ const (
 	EventExit   = "exit"  // the last event: the process's result
 	EventError  = "error" // the last event: the call failed
 	EventLost   = "lost"  // output before this event was dropped
+	// EventApproval carries an approval: a call waiting for one (its
+	// creation and its answer), or the approvals.list follow stream.
+	EventApproval = "approval"
 )
 
 // Event is one element of a stream (NDJSON line over HTTP, a
@@ -190,6 +224,8 @@ type Event struct {
 	Data   []byte          `json:"data,omitempty"`
 	Result *sandbox.Result `json:"result,omitempty"`
 	Error  *Error          `json:"error,omitempty"`
+	// Approval is the approval of an approval event.
+	Approval *Approval `json:"approval,omitempty"`
 }
 
 // SetOutput puts p in Text when it is valid UTF-8, else in Data.
@@ -298,6 +334,90 @@ type AuditPage struct {
 	Events []audit.Event `json:"events"`
 	// More is true when more events match after the last one returned.
 	More bool `json:"more"`
+}
+
+// Approval states.
+const (
+	ApprovalPending   = "pending"   // waiting for an answer
+	ApprovalAllowed   = "allowed"   // an approver allowed it
+	ApprovalDenied    = "denied"    // an approver denied it
+	ApprovalExpired   = "expired"   // nobody answered in time: denied
+	ApprovalWithdrawn = "withdrawn" // the waiting call went away (cancelled, sandbox ended)
+)
+
+// Approval answers and scopes.
+const (
+	DecisionAllow = "allow"
+	DecisionDeny  = "deny"
+	ScopeOnce     = "once"   // this call only
+	ScopeAlways   = "always" // and the same request in the same sandbox from now on
+)
+
+// Approval is a call that a policy's ask rule holds until a person
+// answers.
+type Approval struct {
+	ID      string `json:"id"`
+	Tenant  string `json:"tenant"`
+	Sandbox string `json:"sandbox"`
+	// Op is the operation that waits (process.exec, file.read, ...);
+	// Actor who called it.
+	Op    string `json:"op"`
+	Actor string `json:"actor"`
+	// Kind is the request's kind: Exec, Read or Write.
+	Kind string `json:"kind"`
+	// Request is the request written like a rule: Exec(git push origin),
+	// Write(/home/u/project/.env).
+	Request string `json:"request"`
+	// Rule, Source and Reason are the policy's: the ask rule, where it is
+	// written, and the sentence that says why.
+	Rule      string    `json:"rule"`
+	Source    string    `json:"source"`
+	Reason    string    `json:"reason"`
+	State     string    `json:"state"`
+	CreatedAt time.Time `json:"created_at"`
+	// ExpiresAt is when a pending approval is denied for want of an
+	// answer.
+	ExpiresAt  time.Time  `json:"expires_at"`
+	AnsweredAt *time.Time `json:"answered_at,omitempty"`
+	// AnsweredBy is the approver (a token's id, stdio) or "system" for an
+	// expired or withdrawn approval.
+	AnsweredBy string `json:"answered_by,omitempty"`
+	// Scope of an allow: once or always.
+	Scope string `json:"scope,omitempty"`
+	// Comment is the approver's reason, given with the answer.
+	Comment string `json:"comment,omitempty"`
+}
+
+// ListApprovals is the body of approvals.list.
+type ListApprovals struct {
+	// State keeps approvals in this state (default pending); "all" keeps
+	// every state.
+	State   string `json:"state,omitempty"`
+	Sandbox string `json:"sandbox,omitempty"`
+	// Follow streams approval events: the matching approvals, then every
+	// approval created or answered from then on.
+	Follow bool `json:"follow,omitempty"`
+}
+
+// ApprovalList is the answer of approvals.list.
+type ApprovalList struct {
+	Approvals []Approval `json:"approvals"`
+}
+
+// ApprovalRef names an approval (approvals.get).
+type ApprovalRef struct {
+	ID string `json:"id"`
+}
+
+// AnswerApproval is the body of approvals.answer.
+type AnswerApproval struct {
+	ID string `json:"id"`
+	// Decision is allow or deny.
+	Decision string `json:"decision"`
+	// Scope of an allow: once (default) or always.
+	Scope string `json:"scope,omitempty"`
+	// Reason is the approver's, told to the agent with a denial.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Health is the answer of /healthz and /readyz.

@@ -26,6 +26,7 @@ const (
 	CodeFile             = "file_error"          // 4xx: a file operation failed inside the sandbox (see Errno)
 	CodeNotRunning       = "sandbox_not_running" // 409: the sandbox is not running
 	CodeUnimplemented    = "unimplemented"       // 501: the server cannot do this here
+	CodePolicyDenied     = "policy_denied"       // 403: the policy refused the call, or its approval was refused or expired
 )
 
 // Error is the body of every failed call: HTTP answers it as JSON with the
@@ -37,6 +38,12 @@ type Error struct {
 	// (ENOENT, EACCES, EEXIST, ENOTDIR, EISDIR, ENOTEMPTY, EROFS, ELOOP,
 	// ENOSPC, ETOOBIG, EBADTAR, EINVAL…).
 	Errno string `json:"errno,omitempty"`
+	// Rule and Source name the policy rule behind a policy_denied
+	// ("deny Exec(git push*)", "user ~/.config/moat/policy.toml:3");
+	// Approval is the id of the approval that was refused or expired.
+	Rule     string `json:"rule,omitempty"`
+	Source   string `json:"source,omitempty"`
+	Approval string `json:"approval,omitempty"`
 }
 
 func (e *Error) Error() string {
@@ -73,7 +80,7 @@ func HTTPStatus(e *Error) int {
 		return http.StatusBadRequest
 	case CodeUnauthenticated:
 		return http.StatusUnauthorized
-	case CodePermissionDenied:
+	case CodePermissionDenied, CodePolicyDenied:
 		return http.StatusForbidden
 	case CodeNotFound:
 		return http.StatusNotFound

@@ -48,7 +48,7 @@ func OpenAPI() ([]byte, error) {
 var errorCodes = []string{
 	CodeInvalidArgument, CodeUnauthenticated, CodePermissionDenied, CodeNotFound, CodeMethodNotAllowed,
 	CodeTimeout, CodeBusy, CodeConflict, CodeGone, CodeTooLarge, CodeUnsupportedMedia, CodeTooMany,
-	CodeInternal, CodeSetup, CodeUnavailable, CodeFile, CodeNotRunning, CodeUnimplemented,
+	CodeInternal, CodeSetup, CodeUnavailable, CodeFile, CodeNotRunning, CodeUnimplemented, CodePolicyDenied,
 }
 
 // fileErrnos are the errno names of file_error that have a status of
@@ -402,6 +402,7 @@ var openapiTags = []struct{ name, desc string }{
 	{"process", "Processes in a sandbox: run to completion, start in the background, follow output, stdin, signals."},
 	{"file", "Files inside a sandbox, read and written by the sandbox's agent under the sandbox's own protections."},
 	{"audit", "The caller's audit events."},
+	{"approvals", "Calls that a policy's ask rule holds until a person answers: list and follow them (any token of the tenant), answer them (approver tokens)."},
 	{"health", "Liveness, readiness and metrics (no token)."},
 }
 
@@ -619,9 +620,15 @@ func opStatuses(op Op) []int {
 	}
 	switch op.Name {
 	case OpSandboxCreate:
-		add(403, 429, 503)
+		add(403, 429, 503) // 403: host paths refused, policy_denied
+	case OpExec:
+		add(403) // policy_denied
 	case OpStart:
-		add(429) // resource_exhausted: too many running processes
+		add(403, 429) // policy_denied; resource_exhausted: too many running processes
+	case OpApprovalGet:
+		add(404)
+	case OpApprovalAnswer:
+		add(403, 404, 409) // permission_denied (not an approver); conflict (answered)
 	case OpStdin, OpSignal:
 		add(410)
 	}
@@ -700,8 +707,11 @@ func (g *openapiGen) operation(op Op) (object, error) {
 			return nil, err
 		}
 		desc := "The sandbox's id."
-		if p == "process" {
+		switch p {
+		case "process":
 			desc = "The process's id in its sandbox."
+		case "id":
+			desc = "The approval's id (ap_...)."
 		}
 		params = append(params, object{{"name", p}, {"in", "path"}, {"required", true}, {"description", desc}, {"schema", s}})
 	}
@@ -769,9 +779,13 @@ func (g *openapiGen) operation(op Op) (object, error) {
 	switch op.Out {
 	case BodyJSON:
 		content = object{{"application/json", object{{"schema", ref(respName)}}}}
-		if op.Name == OpExec {
+		switch op.Name {
+		case OpExec:
 			content = append(content, ndjson...)
 			statusDesc = "The process's result (application/json); with stream=true, an NDJSON stream of events, one Event per line, ending with an exit or error event."
+		case OpApprovalList:
+			content = append(content, ndjson...)
+			statusDesc = "The approvals (application/json); with follow=true, an NDJSON stream of approval events, one Event per line, that lasts until the client goes away (or ends with an error event)."
 		}
 	case BodyRaw:
 		mt := rawMediaType(op)
@@ -791,7 +805,7 @@ func (g *openapiGen) operation(op Op) (object, error) {
 	o.set("responses", responses)
 
 	rpc := object{{"method", op.Name}, {"params", ref(reqName)}, {"result", ref(respName)}}
-	if op.Out == BodyStream || op.Name == OpExec {
+	if op.Out == BodyStream || op.Name == OpExec || op.Name == OpApprovalList {
 		rpc.set("notification", NotifyEvent)
 	}
 	o.set("x-jsonrpc", rpc)
@@ -805,14 +819,25 @@ var enums = map[string][]string{
 	"Sandbox.end_reason":  {EndDeleted, EndIdle, EndTimeout, EndLost, EndExited, EndShutdown},
 	"ListSandboxes.state": {StateRunning, StateStopped},
 	"Process.state":       {ProcRunning, ProcExited},
-	"Event.type":          {EventStdout, EventStderr, EventExit, EventError, EventLost},
+	"Event.type":          {EventStdout, EventStderr, EventExit, EventError, EventLost, EventApproval},
 	"Error.code":          errorCodes,
 	"Result.exit_reason": {string(sandbox.ReasonExited), string(sandbox.ReasonSignaled), string(sandbox.ReasonTimeout),
 		string(sandbox.ReasonOOM), string(sandbox.ReasonKilled), string(sandbox.ReasonSetupError)},
-	"FileInfo.type":       {"file", "dir", "symlink", "other"},
-	"Health.status":       {"ok", "unavailable"},
-	"AuditEvent.decision": {audit.DecisionAllow, audit.DecisionDeny, audit.DecisionAsk},
+	"FileInfo.type":           {"file", "dir", "symlink", "other"},
+	"Health.status":           {"ok", "unavailable"},
+	"AuditEvent.decision":     {audit.DecisionAllow, audit.DecisionDeny, audit.DecisionAsk},
+	"Approval.state":          approvalStates,
+	"Approval.kind":           {"Exec", "Read", "Write"},
+	"Approval.scope":          {ScopeOnce, ScopeAlways},
+	"ListApprovals.state":     append(slices.Clone(approvalStates), "all"),
+	"AnswerApproval.decision": {DecisionAllow, DecisionDeny},
+	"AnswerApproval.scope":    {ScopeOnce, ScopeAlways},
+	"CallRules.profile":       {"untrusted"},
+	"SandboxPolicy.profile":   {"untrusted", "trusted"},
 }
+
+// approvalStates are the states of an approval.
+var approvalStates = []string{ApprovalPending, ApprovalAllowed, ApprovalDenied, ApprovalExpired, ApprovalWithdrawn}
 
 // typeDocs describe the component schemas.
 var typeDocs = map[string]string{
@@ -849,6 +874,15 @@ var typeDocs = map[string]string{
 	"Limits":      "Resource limits of a whole sandbox, enforced by the kernel. Zero or absent values take the server's defaults.",
 	"Bind":        "A host path made visible inside the sandbox (only on servers that allow host paths).",
 	"FileInfo":    "One file inside a sandbox.",
+	"CallRules": "Policy rules of one sandbox (sandbox.create) or one call (process.exec, process.start): the lowest layer, below the daemon's policy files. " +
+		"They can only narrow: deny and ask rules count like any other, allow rules grant nothing, and the only profile they may name is untrusted. " +
+		"Rules are Kind(pattern): Exec(git push*), Read(~/.ssh/**), Write(src/**), Net(domain:*.github.com).",
+	"SandboxPolicy":  "What the policy made of a sandbox at its create. The kernel's part (restrictions) stays for the sandbox's life; the daemon's decisions follow the policy files as they change.",
+	"Approval":       "A call that a policy's ask rule holds until an approver answers; unanswered it expires (denied).",
+	"ListApprovals":  "The parameters of approvals.list.",
+	"ApprovalList":   "The answer of approvals.list, oldest first.",
+	"ApprovalRef":    "Names an approval (approvals.get).",
+	"AnswerApproval": "The body of approvals.answer.",
 }
 
 // fieldDocs describe fields, by "Component.field".
@@ -910,7 +944,35 @@ var fieldDocs = map[string]string{
 	"FileInfo.target":                "A symlink's target, as stored.",
 	"AuditEvent.actor":               "Who made the call: a token's id (token:xxxxxxxx), stdio, system, pruner, anonymous.",
 	"AuditEvent.request":             "What was asked, redacted: the env of a process is reduced to its keys.",
-	"AuditEvent.result":              "A summary of the outcome.",
+	"AuditEvent.result":              "A summary of the outcome; for a call the policy judged, result.policy holds its decision (effect, decided, rule, source, reason, approval).",
+	"AuditEvent.rule":                "The policy rule that decided the call, with its source: deny Exec(git push*) (user ~/.config/moat/policy.toml:3).",
+	"CreateSandbox.policy":           "Rules of this sandbox, applied to every decision of its calls; they can only narrow.",
+	"Sandbox.policy":                 "What the policy made of the sandbox (running sandboxes).",
+	"Exec.policy":                    "Rules of this call alone, below the sandbox's; they can only narrow.",
+	"Event.approval":                 "The approval (approval event): a streamed exec sends one when it starts waiting and one when it is answered.",
+	"Error.rule":                     "policy_denied: the rule that decided (deny Read(~/.ssh/**), builtin: credentials ...).",
+	"Error.source":                   "policy_denied: where the rule is written: \"user ~/.config/moat/policy.toml:3\", \"per-call exec deny[0]\", \"builtin\".",
+	"Error.approval":                 "policy_denied after an ask: the approval that was denied or expired.",
+	"SandboxPolicy.restrictions":     "How many paths the policy hides or makes read-only in the sandbox.",
+	"SandboxPolicy.unenforced":       "What only the daemon's decisions enforce (not the kernel), one line each.",
+	"SandboxPolicy.created":          "Host entries created so they could be protected (an empty .git/hooks).",
+	"SandboxPolicy.files":            "The policy files loaded at the create, with their layer.",
+	"Approval.op":                    "The operation that waits: process.exec, process.start, file.read, ...",
+	"Approval.actor":                 "Who made the call.",
+	"Approval.request":               "The request written like a rule: Exec(git push origin), Write(/srv/project/.env).",
+	"Approval.rule":                  "The ask rule that holds the call.",
+	"Approval.source":                "Where the rule is written (layer, file and line).",
+	"Approval.reason":                "The policy's sentence: why the call needs approval.",
+	"Approval.expires_at":            "When a pending approval is denied for want of an answer (--approval-timeout after its creation).",
+	"Approval.answered_by":           "The approver's token id (or stdio); system for an expired or withdrawn approval.",
+	"Approval.scope":                 "Of an allow: once (this call), or always (later identical requests of the sandbox are allowed without asking, for the sandbox's life).",
+	"Approval.comment":               "The approver's reason, given with the answer; a denial tells it to the agent.",
+	"ListApprovals.state":            "Keep approvals in this state; absent: pending; all: every state (answered ones are kept a while: the newest 1000 per tenant).",
+	"ListApprovals.sandbox":          "Keep only the approvals of this sandbox.",
+	"ListApprovals.follow":           "Answer with an NDJSON stream of approval events: the matching approvals now, then every approval of the tenant (and sandbox, if given) created or answered from then on, whatever the state filter.",
+	"AnswerApproval.decision":        "allow or deny.",
+	"AnswerApproval.scope":           "Of an allow: once (default) or always.",
+	"AnswerApproval.reason":          "Why; a denial tells it to the agent.",
 }
 
 // queryDocs describe query parameters that differ by operation, by
@@ -940,6 +1002,10 @@ var opDocs = map[string]string{
 		"Over JSON-RPC the params are a WriteFile with the tar stream in content, base64.",
 	OpFileDownload: "Over JSON-RPC the result is a FileContent with the tar stream in content, base64.",
 	OpAuditQuery:   "Only the caller's tenant's events.",
+	OpApprovalList: "Any token of the tenant may list and follow its approvals. Over JSON-RPC, follow=true sends the events as process.event notifications until the request is cancelled ($/cancelRequest).",
+	OpApprovalGet:  "Another tenant's approval is 404.",
+	OpApprovalAnswer: "Only approver tokens (role approver in <data>/tokens) and the stdio peer may answer; another token is 403 permission_denied, so an agent cannot approve its own calls. " +
+		"An approval that is no longer pending is 409 conflict. The waiting call then runs (allow) or fails with 403 policy_denied (deny).",
 }
 
 const infoDescription = `The HTTP API of ` + "`moat serve`" + `: long-lived Linux sandboxes, their processes and files, for many tenants.
@@ -949,6 +1015,10 @@ The human reference is docs/API.md.
 
 **Binding.** Path parameters and the query string fill the request's fields of the same json names; a JSON body (at most 1 MiB, Content-Type application/json) fills the rest. Unknown body fields and unknown query parameters are refused with 400. Raw bodies (file.write, file.upload) are capped by the server's max file bytes (64 MiB by default). Requests are limited to 5 minutes, except process.exec, process.wait and process.output.
 
-**Errors.** Every error is an Error object (code, message, errno for file_error) with the HTTP status of its code. An error after a stream has begun arrives as its last event (type error).
+**Roles.** A token line may end with a role: "TENANT TOKEN approver". Only approver tokens may answer approvals (approvals.answer); the daemon writes one for tenant default to ` + "`<data>/approver-token`" + ` on first start. Give agents the other tokens.
+
+**Policy.** Every process.exec and process.start, and every file operation on a path the sandbox sees from the host (its workspace, binds, system directories), is judged by the sandbox's policy (the daemon's policy files, re-read when they change, then the sandbox's and the call's own rules). A denial is 403 policy_denied with the rule's reason; an ask holds the call until an approver answers it (approvals), or it expires (denied).
+
+**Errors.** Every error is an Error object (code, message, errno for file_error; rule, source, approval for policy_denied) with the HTTP status of its code. An error after a stream has begun arrives as its last event (type error).
 
 **JSON-RPC 2.0 over stdio** (` + "`moat serve --stdio`" + `): one JSON value per line in each direction, no token (the caller is the local user). The method is the operationId (x-jsonrpc.method), the params are the request body with the path fields included (x-jsonrpc.params: e.g. {"sandbox": "…", "process": 3}), and the result is the answer (x-jsonrpc.result). Raw bodies travel base64-encoded in a "content" field: file.write and file.upload take a WriteFile, file.read and file.download return a FileContent. Stream events (process.exec with stream=true, process.output) arrive before the response as notifications {"jsonrpc": "2.0", "method": "process.event", "params": {"id": <request id>, "event": Event}}. A failed call is a JSON-RPC error with code -32602 for invalid_argument and -32000 for every other error, its data the Error object; -32700, -32600 and -32601 keep their standard meanings. Requests run concurrently and may be answered out of order; batches are accepted. The notification {"jsonrpc": "2.0", "method": "` + RPCCancel + `", "params": {"id": <request id>}} cancels a request in flight (a cancelled process.exec kills its process).`

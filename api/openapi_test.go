@@ -273,7 +273,7 @@ func checkOpShape(t *testing.T, doc map[string]any, op Op, o map[string]any) {
 	switch op.Out {
 	case BodyJSON:
 		wantOut = "application/json"
-		if op.Name == OpExec {
+		if op.Name == OpExec || op.Name == OpApprovalList {
 			wantOut += ",application/x-ndjson"
 		}
 	case BodyRaw:

@@ -41,31 +41,36 @@ type Op struct {
 
 // Operation names.
 const (
-	OpSandboxCreate = "sandbox.create"
-	OpSandboxList   = "sandbox.list"
-	OpSandboxGet    = "sandbox.get"
-	OpSandboxDelete = "sandbox.delete"
-	OpExec          = "process.exec"
-	OpStart         = "process.start"
-	OpProcessList   = "process.list"
-	OpProcessGet    = "process.get"
-	OpOutput        = "process.output"
-	OpStdin         = "process.stdin"
-	OpSignal        = "process.signal"
-	OpWait          = "process.wait"
-	OpFileRead      = "file.read"
-	OpFileWrite     = "file.write"
-	OpFileList      = "file.list"
-	OpFileStat      = "file.stat"
-	OpFileMkdir     = "file.mkdir"
-	OpFileRemove    = "file.remove"
-	OpFileMove      = "file.move"
-	OpFileUpload    = "file.upload"
-	OpFileDownload  = "file.download"
-	OpAuditQuery    = "audit.query"
+	OpSandboxCreate  = "sandbox.create"
+	OpSandboxList    = "sandbox.list"
+	OpSandboxGet     = "sandbox.get"
+	OpSandboxDelete  = "sandbox.delete"
+	OpExec           = "process.exec"
+	OpStart          = "process.start"
+	OpProcessList    = "process.list"
+	OpProcessGet     = "process.get"
+	OpOutput         = "process.output"
+	OpStdin          = "process.stdin"
+	OpSignal         = "process.signal"
+	OpWait           = "process.wait"
+	OpFileRead       = "file.read"
+	OpFileWrite      = "file.write"
+	OpFileList       = "file.list"
+	OpFileStat       = "file.stat"
+	OpFileMkdir      = "file.mkdir"
+	OpFileRemove     = "file.remove"
+	OpFileMove       = "file.move"
+	OpFileUpload     = "file.upload"
+	OpFileDownload   = "file.download"
+	OpAuditQuery     = "audit.query"
+	OpApprovalList   = "approvals.list"
+	OpApprovalGet    = "approvals.get"
+	OpApprovalAnswer = "approvals.answer"
 
 	// NotifyEvent is the JSON-RPC notification that carries a stream's
-	// events: params {"id": <request id>, "event": Event}.
+	// events (also the approval events of a waiting exec and of
+	// approvals.list with follow): params {"id": <request id>, "event":
+	// Event}.
 	NotifyEvent = "process.event"
 	// RPCCancel is the JSON-RPC notification a client sends to cancel a
 	// request it no longer waits for: params {"id": <request id>}. A
@@ -99,6 +104,9 @@ var Ops = []Op{
 	{OpFileUpload, "PUT", sb + "/archive", BodyRaw, BodyJSON, "Extract a tar stream under a directory.", WriteFile{}, Written{}},
 	{OpFileDownload, "GET", sb + "/archive", BodyNone, BodyRaw, "Download a file or tree as a tar stream.", FilePath{}, FileContent{}},
 	{OpAuditQuery, "GET", "/v1/audit", BodyNone, BodyJSON, "Query the caller's audit events.", AuditQuery{}, AuditPage{}},
+	{OpApprovalList, "GET", "/v1/approvals", BodyNone, BodyJSON, "List the caller's approvals; with follow=true an NDJSON stream of approval events.", ListApprovals{}, ApprovalList{}},
+	{OpApprovalGet, "GET", "/v1/approvals/{id}", BodyNone, BodyJSON, "Describe one approval.", ApprovalRef{}, Approval{}},
+	{OpApprovalAnswer, "POST", "/v1/approvals/{id}", BodyJSON, BodyJSON, "Allow (once or always) or deny a pending approval (approver tokens only).", AnswerApproval{}, Approval{}},
 }
 
 // Lookup returns the operation named name.

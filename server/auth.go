@@ -18,17 +18,26 @@ import (
 
 // Tokens file names in the data directory.
 const (
-	// TokensFile lists every API token, one "TENANT TOKEN" per line.
+	// TokensFile lists every API token, one "TENANT TOKEN [ROLE]" per
+	// line.
 	TokensFile = "tokens"
 	// TokenFile holds the token of tenant "default" alone, for local
 	// clients (MOAT_TOKEN_FILE).
 	TokenFile = "token"
+	// ApproverTokenFile holds an approver token of tenant "default",
+	// created on first start with TokenFile, for the person who answers
+	// approvals (moat approvals; MOAT_APPROVER_TOKEN_FILE).
+	ApproverTokenFile = "approver-token"
+	// RoleApprover lets a token answer approvals. Give it to people, not
+	// to agents: an agent holding it could approve its own calls.
+	RoleApprover = "approver"
 	// DefaultTenant owns the token created on first start.
 	DefaultTenant = "default"
 )
 
-// Tokens authenticates API callers. Each token belongs to one tenant.
-// Tokens are kept as SHA-256 digests and compared in constant time.
+// Tokens authenticates API callers. Each token belongs to one tenant and
+// may have a role (approver). Tokens are kept as SHA-256 digests and
+// compared in constant time.
 type Tokens struct {
 	path string
 	mu   sync.RWMutex
@@ -39,14 +48,16 @@ type tokenEntry struct {
 	digest [sha256.Size]byte
 	tenant string
 	id     string // short public name of the token: its digest's prefix
+	role   string // "" or RoleApprover
 }
 
 // ErrBadToken is returned for a missing or unknown token.
 var ErrBadToken = errors.New("missing or invalid bearer token")
 
-// LoadTokens reads dir/tokens, creating it (and dir/token) with one new
-// token for tenant "default" when it does not exist. created reports
-// that a token was made.
+// LoadTokens reads dir/tokens, creating it (and dir/token and
+// dir/approver-token) with a new token and a new approver token for
+// tenant "default" when it does not exist. created reports that tokens
+// were made.
 func LoadTokens(dir string) (t *Tokens, created bool, err error) {
 	t = &Tokens{path: filepath.Join(dir, TokensFile)}
 	if _, err := os.Lstat(t.path); errors.Is(err, fs.ErrNotExist) {
@@ -61,13 +72,26 @@ func LoadTokens(dir string) (t *Tokens, created bool, err error) {
 	return t, created, nil
 }
 
-// createTokens writes a first token for the default tenant.
-func createTokens(dir string) error {
+// newToken returns a new random token.
+func newToken() (string, error) {
 	var raw [32]byte
 	if _, err := rand.Read(raw[:]); err != nil {
-		return fmt.Errorf("auth: new token: %w", err)
+		return "", fmt.Errorf("auth: new token: %w", err)
 	}
-	tok := "moat_" + hex.EncodeToString(raw[:])
+	return "moat_" + hex.EncodeToString(raw[:]), nil
+}
+
+// createTokens writes a first token and a first approver token for the
+// default tenant.
+func createTokens(dir string) error {
+	tok, err := newToken()
+	if err != nil {
+		return err
+	}
+	atok, err := newToken()
+	if err != nil {
+		return err
+	}
 	write := func(name, content string) error {
 		f, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {
@@ -84,10 +108,15 @@ func createTokens(dir string) error {
 		return f.Close()
 	}
 	_ = os.Remove(filepath.Join(dir, TokenFile))
+	_ = os.Remove(filepath.Join(dir, ApproverTokenFile))
 	if err := write(TokenFile, tok+"\n"); err != nil {
 		return err
 	}
-	return write(TokensFile, "# moat API tokens: one \"TENANT TOKEN\" per line. Reloaded on SIGHUP.\n"+DefaultTenant+" "+tok+"\n")
+	if err := write(ApproverTokenFile, atok+"\n"); err != nil {
+		return err
+	}
+	return write(TokensFile, "# moat API tokens: one \"TENANT TOKEN [ROLE]\" per line; ROLE approver may answer approvals.\n"+
+		"# Reloaded on SIGHUP.\n"+DefaultTenant+" "+tok+"\n"+DefaultTenant+" "+atok+" "+RoleApprover+"\n")
 }
 
 // Reload reads the tokens file again. On error the previous tokens stay.
@@ -126,8 +155,15 @@ func parseTokens(data []byte) ([]tokenEntry, error) {
 			continue
 		}
 		f := strings.Fields(line)
-		if len(f) != 2 {
-			return nil, fmt.Errorf("line %d: want \"TENANT TOKEN\"", n)
+		if len(f) != 2 && len(f) != 3 {
+			return nil, fmt.Errorf("line %d: want \"TENANT TOKEN [ROLE]\"", n)
+		}
+		role := ""
+		if len(f) == 3 {
+			if f[2] != RoleApprover {
+				return nil, fmt.Errorf("line %d: unknown role %q (the only role is %q)", n, f[2], RoleApprover)
+			}
+			role = f[2]
 		}
 		if !validTenant(f[0]) {
 			return nil, fmt.Errorf("line %d: tenant %q must be 1-64 of [A-Za-z0-9_.-]", n, f[0])
@@ -140,7 +176,7 @@ func parseTokens(data []byte) ([]tokenEntry, error) {
 			return nil, fmt.Errorf("line %d: token listed twice", n)
 		}
 		seen[d] = true
-		list = append(list, tokenEntry{digest: d, tenant: f[0], id: "token:" + hex.EncodeToString(d[:4])})
+		list = append(list, tokenEntry{digest: d, tenant: f[0], id: "token:" + hex.EncodeToString(d[:4]), role: role})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err
@@ -181,5 +217,6 @@ func (t *Tokens) Authenticate(token string) (Caller, error) {
 	if found < 0 {
 		return Caller{}, ErrBadToken
 	}
-	return Caller{Tenant: t.list[found].tenant, Actor: t.list[found].id}, nil
+	e := t.list[found]
+	return Caller{Tenant: e.tenant, Actor: e.id, Approver: e.role == RoleApprover}, nil
 }

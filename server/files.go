@@ -1,11 +1,13 @@
 package server
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
 	"io"
 	"io/fs"
+	"path"
 	"strconv"
 
 	"github.com/moat-sandbox/moat/api"
@@ -20,13 +22,21 @@ import (
 // fileOp runs f on the sandbox named by id and records it in the audit
 // tape with the request (as auditRequest keeps it) and the result summary
 // f returns.
-func (s *Service) fileOp(ctx context.Context, c Caller, in *input, kind, id string, f func(ctx context.Context, files sandbox.Files) (any, any, error)) (any, error) {
+//
+// Before f runs, the policy judges the paths the operation names (see
+// judgePaths): write says whether it changes them. A refusal is recorded
+// like any other failure of the call.
+func (s *Service) fileOp(ctx context.Context, c Caller, in *input, kind, id string, write bool, paths []string, f func(ctx context.Context, m *managed, files sandbox.Files) (any, any, error)) (any, error) {
 	m, done, err := s.use(c, id)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	resp, summary, err := f(ctx, m.sb.Files())
+	var resp, summary any
+	err = s.judgePaths(ctx, c, m, &in.verdicts, kind, write, paths...)
+	if err == nil {
+		resp, summary, err = f(ctx, m, m.sb.Files())
+	}
 	in.recorded = true
 	ev := audit.Event{Kind: kind, Tenant: c.Tenant, Actor: c.Actor, Sandbox: id, Decision: audit.DecisionAllow, Request: mustJSON(auditRequest(in.req))}
 	if summary != nil {
@@ -35,7 +45,11 @@ func (s *Service) fileOp(ctx context.Context, c Caller, in *input, kind, id stri
 	if err != nil {
 		err = apiError(err)
 		ev.Error = err.Error()
+		if d := decisionOf(err); d != "" {
+			ev.Decision = d
+		}
 	}
+	withVerdicts(&ev, in.verdicts)
 	s.record(ev)
 	return resp, err
 }
@@ -96,7 +110,7 @@ func (s *Service) readFile(ctx context.Context, c Caller, in *input) (any, error
 	if err != nil {
 		return nil, err
 	}
-	return s.fileOp(ctx, c, in, "file.read", req.Sandbox, func(ctx context.Context, f sandbox.Files) (any, any, error) {
+	return s.fileOp(ctx, c, in, "file.read", req.Sandbox, false, []string{req.Path}, func(ctx context.Context, m *managed, f sandbox.Files) (any, any, error) {
 		data, err := f.ReadFile(ctx, req.Path, max)
 		if err != nil {
 			return nil, nil, err
@@ -118,7 +132,7 @@ func (s *Service) writeFile(ctx context.Context, c Caller, in *input) (any, erro
 		return nil, err
 	}
 	body := in.bodyOr(req.Content)
-	return s.fileOp(ctx, c, in, "file.write", req.Sandbox, func(ctx context.Context, f sandbox.Files) (any, any, error) {
+	return s.fileOp(ctx, c, in, "file.write", req.Sandbox, true, []string{req.Path}, func(ctx context.Context, m *managed, f sandbox.Files) (any, any, error) {
 		n, err := f.WriteFile(ctx, req.Path, body, mode, s.cfg.MaxFileBytes)
 		if err != nil {
 			return nil, nil, tooBig(err, s.cfg.MaxFileBytes)
@@ -149,7 +163,7 @@ func (s *Service) listDir(ctx context.Context, c Caller, in *input) (any, error)
 	if err != nil {
 		return nil, err
 	}
-	return s.fileOp(ctx, c, in, "file.list", req.Sandbox, func(ctx context.Context, f sandbox.Files) (any, any, error) {
+	return s.fileOp(ctx, c, in, "file.list", req.Sandbox, false, []string{req.Path}, func(ctx context.Context, m *managed, f sandbox.Files) (any, any, error) {
 		ents, err := f.ReadDir(ctx, req.Path)
 		if err != nil {
 			return nil, nil, err
@@ -166,7 +180,7 @@ func (s *Service) statFile(ctx context.Context, c Caller, in *input) (any, error
 	if err != nil {
 		return nil, err
 	}
-	return s.fileOp(ctx, c, in, "file.stat", req.Sandbox, func(ctx context.Context, f sandbox.Files) (any, any, error) {
+	return s.fileOp(ctx, c, in, "file.stat", req.Sandbox, false, []string{req.Path}, func(ctx context.Context, m *managed, f sandbox.Files) (any, any, error) {
 		fi, err := f.Stat(ctx, req.Path)
 		return fi, nil, err
 	})
@@ -181,7 +195,7 @@ func (s *Service) mkdir(ctx context.Context, c Caller, in *input) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.fileOp(ctx, c, in, "file.mkdir", req.Sandbox, func(ctx context.Context, f sandbox.Files) (any, any, error) {
+	return s.fileOp(ctx, c, in, "file.mkdir", req.Sandbox, true, []string{req.Path}, func(ctx context.Context, m *managed, f sandbox.Files) (any, any, error) {
 		return &api.OK{OK: true}, nil, f.Mkdir(ctx, req.Path, mode, req.Parents)
 	})
 }
@@ -191,7 +205,7 @@ func (s *Service) remove(ctx context.Context, c Caller, in *input) (any, error) 
 	if err != nil {
 		return nil, err
 	}
-	return s.fileOp(ctx, c, in, "file.remove", req.Sandbox, func(ctx context.Context, f sandbox.Files) (any, any, error) {
+	return s.fileOp(ctx, c, in, "file.remove", req.Sandbox, true, []string{req.Path}, func(ctx context.Context, m *managed, f sandbox.Files) (any, any, error) {
 		return &api.OK{OK: true}, nil, f.Remove(ctx, req.Path, req.Recursive)
 	})
 }
@@ -201,7 +215,7 @@ func (s *Service) move(ctx context.Context, c Caller, in *input) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.fileOp(ctx, c, in, "file.move", req.Sandbox, func(ctx context.Context, f sandbox.Files) (any, any, error) {
+	return s.fileOp(ctx, c, in, "file.move", req.Sandbox, true, []string{req.From, req.To}, func(ctx context.Context, m *managed, f sandbox.Files) (any, any, error) {
 		return &api.OK{OK: true}, nil, f.Rename(ctx, req.From, req.To)
 	})
 }
@@ -212,12 +226,106 @@ func (s *Service) upload(ctx context.Context, c Caller, in *input) (any, error) 
 		return nil, err
 	}
 	body := &countingReader{r: in.bodyOr(req.Content)}
-	return s.fileOp(ctx, c, in, "file.upload", req.Sandbox, func(ctx context.Context, f sandbox.Files) (any, any, error) {
-		if err := f.PutTar(ctx, req.Path, body, s.cfg.MaxFileBytes); err != nil {
+	// The entries are judged one by one as the stream passes (see
+	// judgeTar), not the directory: extracting writes below it.
+	return s.fileOp(ctx, c, in, "file.upload", req.Sandbox, true, nil, func(ctx context.Context, m *managed, f sandbox.Files) (any, any, error) {
+		jt := s.judgeTar(ctx, c, m, req.Path, body)
+		err := f.PutTar(ctx, req.Path, jt, s.cfg.MaxFileBytes)
+		judged, jerr := jt.finish(&in.verdicts)
+		if jerr != nil {
+			return nil, nil, tooBig(jerr, s.cfg.MaxFileBytes)
+		}
+		if err != nil {
 			return nil, nil, tooBig(err, s.cfg.MaxFileBytes)
 		}
-		return &api.Written{Path: req.Path, Size: body.n}, map[string]int64{"tar_bytes": body.n}, nil
+		return &api.Written{Path: req.Path, Size: body.n}, map[string]int64{"tar_bytes": body.n, "entries": int64(judged)}, nil
 	})
+}
+
+// judgedTar passes a tar stream on entry by entry, each judged by the
+// policy as a Write of its path under the upload's directory before its
+// bytes go on; a refusal ends the stream with that error.
+type judgedTar struct {
+	pr     *io.PipeReader
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error     // the first refusal or parse error
+	vs     []verdict // the decisions
+	n      int       // entries judged
+}
+
+func (s *Service) judgeTar(ctx context.Context, c Caller, m *managed, dir string, body io.Reader) *judgedTar {
+	pr, pw := io.Pipe()
+	ctx, cancel := context.WithCancel(ctx)
+	jt := &judgedTar{pr: pr, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(jt.done)
+		tr := tar.NewReader(body)
+		tw := tar.NewWriter(pw)
+		for {
+			hdr, err := tr.Next()
+			if err == io.EOF {
+				pw.CloseWithError(tw.Close())
+				return
+			}
+			if err != nil {
+				jt.err = badTar(err)
+				pw.CloseWithError(jt.err)
+				return
+			}
+			jt.n++
+			if err := s.judgePaths(ctx, c, m, &jt.vs, api.OpFileUpload, true, path.Join(dir, hdr.Name)); err != nil {
+				jt.err = err
+				pw.CloseWithError(err)
+				return
+			}
+			if err := tw.WriteHeader(hdr); err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+			if _, err := io.Copy(tw, tr); err != nil {
+				if !errors.Is(err, io.ErrClosedPipe) {
+					jt.err = badTar(err)
+				}
+				pw.CloseWithError(err)
+				return
+			}
+		}
+	}()
+	return jt
+}
+
+func (jt *judgedTar) Read(p []byte) (int, error) { return jt.pr.Read(p) }
+
+// finish stops the judging (the extraction has ended), keeps the
+// decisions that were not plain allows (or the first one) in vs, and
+// returns the number of entries judged and the refusal, if any.
+func (jt *judgedTar) finish(vs *[]verdict) (int, error) {
+	jt.pr.CloseWithError(io.ErrClosedPipe)
+	jt.cancel()
+	<-jt.done
+	var kept []verdict
+	for _, v := range jt.vs {
+		if v.Decided != "allow" {
+			kept = append(kept, v)
+		}
+	}
+	if len(kept) == 0 && len(jt.vs) > 0 {
+		kept = jt.vs[:1]
+	}
+	*vs = append(*vs, kept...)
+	if jt.err != nil && errors.Is(jt.err, context.Canceled) {
+		return jt.n, nil
+	}
+	return jt.n, jt.err
+}
+
+// badTar is the error of a stream that is not a tar archive.
+func badTar(err error) error {
+	if isMaxBytesError(err) {
+		return err
+	}
+	return &api.Error{Code: api.CodeFile, Errno: "EBADTAR", Message: "not a valid tar stream: " + err.Error()}
 }
 
 func (s *Service) download(ctx context.Context, c Caller, in *input) (any, error) {
@@ -225,7 +333,7 @@ func (s *Service) download(ctx context.Context, c Caller, in *input) (any, error
 	if err != nil {
 		return nil, err
 	}
-	return s.fileOp(ctx, c, in, "file.download", req.Sandbox, func(ctx context.Context, f sandbox.Files) (any, any, error) {
+	return s.fileOp(ctx, c, in, "file.download", req.Sandbox, false, []string{req.Path}, func(ctx context.Context, m *managed, f sandbox.Files) (any, any, error) {
 		w := &countingWriter{w: in.out}
 		if err := f.GetTar(ctx, req.Path, w, max); err != nil {
 			return nil, nil, err

@@ -33,6 +33,9 @@ func TestMain(m *testing.M) {
 const (
 	tokenA = "moat_test_token_of_tenant_a_0123456789abcdef"
 	tokenB = "moat_test_token_of_tenant_b_0123456789abcdef"
+	// approverA and approverB answer the approvals of their tenants.
+	approverA = "moat_test_approver_of_tenant_a_0123456789abcdef"
+	approverB = "moat_test_approver_of_tenant_b_0123456789abcdef"
 )
 
 // harness is a Service with the real Linux runtime behind an httptest
@@ -45,6 +48,9 @@ type harness struct {
 	srv   *httptest.Server
 	dir   string
 	ended chan [2]string // (id, reason) of every sandbox that ended
+	// home and the policy files of the managed and user layers (absent
+	// until a test writes them).
+	home, managed, user string
 }
 
 // newHarness starts a service; mod may change its config. It is closed
@@ -66,8 +72,14 @@ func newHarness(t *testing.T, mod func(*Config)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, st: st, tape: tape, dir: dir, ended: make(chan [2]string, 64)}
-	cfg := Config{Runtime: rt, Store: st, Tape: tape, OnEnd: func(id, reason string) { h.ended <- [2]string{id, reason} }}
+	h := &harness{t: t, st: st, tape: tape, dir: dir, ended: make(chan [2]string, 64),
+		home: filepath.Join(dir, "home"), managed: filepath.Join(dir, "etc", "policy.toml")}
+	h.user = filepath.Join(h.home, ".config", "moat", "policy.toml")
+	if err := os.MkdirAll(filepath.Dir(h.user), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Runtime: rt, Store: st, Tape: tape, OnEnd: func(id, reason string) { h.ended <- [2]string{id, reason} },
+		Home: h.home, PolicyManaged: h.managed, PolicyUser: h.user}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -77,7 +89,7 @@ func newHarness(t *testing.T, mod func(*Config)) *harness {
 	if err := h.svc.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, TokensFile), []byte("a "+tokenA+"\nb "+tokenB+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, TokensFile), []byte("a "+tokenA+"\nb "+tokenB+"\na "+approverA+" approver\nb "+approverB+" approver\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	tokens, _, err := LoadTokens(dir)

@@ -27,7 +27,7 @@ import (
 const RequestTimeout = 5 * time.Minute
 
 // longOps may last as long as a sandbox does.
-var longOps = map[string]bool{api.OpExec: true, api.OpWait: true, api.OpOutput: true}
+var longOps = map[string]bool{api.OpExec: true, api.OpWait: true, api.OpOutput: true, api.OpApprovalList: true}
 
 // Handler is the HTTP API: /v1 (bearer token required), /healthz,
 // /readyz and /metrics.
@@ -151,6 +151,7 @@ func (s *Service) serveOp(w http.ResponseWriter, r *http.Request, op api.Op, tok
 	}
 	st := &ndjson{w: w}
 	in.emit = st.emit
+	in.open = st.open
 	resp, err := s.call(ctx, c, op.Name, in)
 	switch {
 	case st.started():
@@ -212,7 +213,7 @@ func (s *Service) httpInput(w http.ResponseWriter, r *http.Request, op api.Op) (
 		in.body = http.MaxBytesReader(w, r.Body, s.cfg.MaxFileBytes)
 	}
 	pathVals := map[string]string{}
-	for _, name := range []string{"sandbox", "process"} {
+	for _, name := range []string{"sandbox", "process", "id"} {
 		if v := r.PathValue(name); v != "" {
 			pathVals[name] = v
 		}
@@ -345,15 +346,29 @@ func (n *ndjson) started() bool {
 	return n.on
 }
 
-func (n *ndjson) emit(ev api.Event) error {
+// open sends the headers of the stream (once) and flushes them, so that a
+// follower that waits for its first event knows the stream is up.
+func (n *ndjson) open() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.start()
+	_ = http.NewResponseController(n.w).Flush()
+}
+
+// start writes the headers once; n.mu must be held.
+func (n *ndjson) start() {
 	if !n.on {
 		n.on = true
 		n.w.Header().Set("Content-Type", "application/x-ndjson")
 		n.w.Header().Set("X-Content-Type-Options", "nosniff")
 		n.w.WriteHeader(http.StatusOK)
 	}
+}
+
+func (n *ndjson) emit(ev api.Event) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.start()
 	n.seq = max(n.seq, ev.Seq)
 	b, err := json.Marshal(ev)
 	if err != nil {

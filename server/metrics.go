@@ -21,6 +21,7 @@ type serverMetrics struct {
 	denials     *metrics.CounterVec
 	slowWrites  *metrics.CounterVec
 	auditErrors *metrics.CounterVec
+	decisions   *metrics.CounterVec
 }
 
 func newMetrics(s *Service) *serverMetrics {
@@ -29,6 +30,9 @@ func newMetrics(s *Service) *serverMetrics {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return float64(len(s.sandboxes))
+	})
+	r.NewGaugeFunc("moat_approvals_pending", "Approvals waiting for an answer now.", func() float64 {
+		return float64(s.approvals.pendingCount())
 	})
 	return &serverMetrics{
 		reg:         r,
@@ -40,6 +44,7 @@ func newMetrics(s *Service) *serverMetrics {
 		denials:     r.NewCounter("moat_denials_total", "Requests refused: bad token, quota, host paths.", "reason"),
 		slowWrites:  r.NewCounter("moat_slow_writes_total", "Store and audit writes slower than 250 ms.", "what"),
 		auditErrors: r.NewCounter("moat_audit_errors_total", "Audit events that could not be written."),
+		decisions:   r.NewCounter("moat_policy_decisions_total", "Policy decisions on calls (exec, start, file operations on host paths), by the policy's effect: allow, ask, deny.", "effect"),
 	}
 }
 

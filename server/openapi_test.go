@@ -2,7 +2,9 @@ package server
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/moat-sandbox/moat/api"
 	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/policy"
 )
 
 // The tests of this file run the real server and hold its answers against
@@ -622,6 +625,63 @@ func TestOpenAPIConformance(t *testing.T) {
 	rn.call(oaCall{op: api.OpAuditQuery, query: url.Values{"sandbox": {sb.ID}, "kind": {"file.write"}, "since": {time.Now().Add(-time.Hour).Format(time.RFC3339)}}})
 	rn.call(oaCall{op: api.OpAuditQuery, query: url.Values{"limit": {"1000000"}}, want: http.StatusBadRequest})
 
+	// Policy and approvals: an ask rule holds a streamed exec in an
+	// approval that the follow stream shows; an approver answers it.
+	writePolicy(t, h.user, "version = 1\nask = [\"Exec(touch /workspace/asked)\"]\n")
+	rn.call(oaCall{op: api.OpApprovalList, query: url.Values{"state": {"all"}, "sandbox": {sb.ID}}})
+	rn.call(oaCall{op: api.OpApprovalList, query: url.Values{"state": {"sideways"}}, want: http.StatusBadRequest})
+	folCtx, stopFollow := context.WithCancel(context.Background())
+	lop := doc.ops[api.OpApprovalList]
+	freq, _ := http.NewRequestWithContext(folCtx, "GET", h.srv.URL+lop.path+"?follow=true", nil)
+	freq.Header.Set("Authorization", "Bearer "+tokenA)
+	fresp, err := h.srv.Client().Do(freq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fol := bufio.NewReader(fresp.Body)
+	nextApproval := func(state string) api.Approval {
+		t.Helper()
+		for {
+			line, err := fol.ReadBytes('\n')
+			if err != nil {
+				t.Fatalf("follow: %v", err)
+			}
+			doc.checkAnswer(t, "approvals.list follow", lop.o, reply{status: fresp.StatusCode, header: fresp.Header, body: line})
+			var ev api.Event
+			if err := json.Unmarshal(line, &ev); err != nil || ev.Approval == nil {
+				t.Fatalf("follow: %q", line)
+			}
+			if ev.Approval.State == state {
+				return *ev.Approval
+			}
+		}
+	}
+	asked := h.async(context.Background(), "POST", "/v1/sandboxes/"+sb.ID+"/exec", tokenA, api.Exec{Args: []string{"touch", "/workspace/asked"}, Stream: true})
+	ap := nextApproval(api.ApprovalPending)
+	apIn := map[string]string{"id": ap.ID}
+	rn.call(oaCall{op: api.OpApprovalGet, vals: apIn})
+	rn.call(oaCall{op: api.OpApprovalGet, vals: apIn, token: tokenB, want: http.StatusNotFound})
+	rn.call(oaCall{op: api.OpApprovalAnswer, vals: apIn, body: api.AnswerApproval{Decision: "allow"}, want: http.StatusForbidden})
+	rn.call(oaCall{op: api.OpApprovalAnswer, vals: apIn, token: approverA, body: api.AnswerApproval{Decision: "yes"}, want: http.StatusBadRequest})
+	rn.call(oaCall{op: api.OpApprovalAnswer, vals: apIn, token: approverA, body: api.AnswerApproval{Decision: "allow", Scope: "once", Reason: "checked"}})
+	rn.call(oaCall{op: api.OpApprovalAnswer, vals: apIn, token: approverA, body: api.AnswerApproval{Decision: "deny"}, want: http.StatusConflict})
+	nextApproval(api.ApprovalAllowed)
+	stopFollow()
+	fresp.Body.Close()
+	if r := await(t, asked); r.status != http.StatusOK {
+		t.Errorf("the approved exec: %d %s", r.status, r.body)
+	} else {
+		doc.checkAnswer(t, "process.exec after an approval", doc.ops[api.OpExec].o, r)
+	}
+	rn.call(oaCall{op: api.OpExec, vals: in, body: api.Exec{Args: []string{"touch", "/workspace/x"}, Policy: &policy.CallRules{Deny: []string{"Exec(touch *)"}}},
+		want: http.StatusForbidden, check: func(t *testing.T, r reply) {
+			if e := r.apiErr(t); e.Code != api.CodePolicyDenied || e.Rule != "deny Exec(touch *)" || e.Source != "per-call exec deny[0]" {
+				t.Errorf("policy_denied: %s", r.body)
+			}
+		}})
+	rn.call(oaCall{op: api.OpStart, vals: in, body: api.Exec{Args: []string{"touch", "/workspace/x"}, Policy: &policy.CallRules{Deny: []string{"Exec(touch *)"}}}, want: http.StatusForbidden})
+	writePolicy(t, h.user, "version = 1\n")
+
 	// JSON bodies must be JSON.
 	op := doc.ops[api.OpFileMkdir]
 	r := h.send(op.method, fill(op.path, in), tokenA, "text/plain", []byte(`{"path":"x"}`))
@@ -652,7 +712,7 @@ func TestOpenAPIConformance(t *testing.T) {
 			if !strings.HasPrefix(op.path, "/v1/") {
 				continue
 			}
-			path := fill(op.path, map[string]string{"sandbox": "sb-x", "process": "1"})
+			path := fill(op.path, map[string]string{"sandbox": "sb-x", "process": "1", "id": "ap_x"})
 			for _, tok := range []string{"", "moat_wrong_token_0123456789abcdef0123456789"} {
 				r := h.send(op.method, path, tok, "", nil)
 				label := fmt.Sprintf("%s %s (token %q)", op.method, path, tok)
@@ -685,7 +745,7 @@ func TestOpenAPIConformance(t *testing.T) {
 				if documented[m] {
 					continue
 				}
-				p := fill(path, map[string]string{"sandbox": "sb-x", "process": "1"})
+				p := fill(path, map[string]string{"sandbox": "sb-x", "process": "1", "id": "ap_x"})
 				r := h.send(m, p, tokenA, "", nil)
 				label := m + " " + p
 				e := r.apiErr(t)
@@ -741,7 +801,8 @@ func TestOpenAPIConformance(t *testing.T) {
 		for _, name := range []string{"moat_sandboxes_running ", "moat_sandboxes_created_total",
 			`moat_sandboxes_ended_total{reason="deleted"}`, `moat_calls_total{op="sandbox.create",code="ok"}`,
 			`moat_errors_total{op="process.exec",code="invalid_argument"}`, `moat_call_duration_seconds_bucket{op="process.exec",le="0.0005"}`,
-			`moat_call_duration_seconds_count{op="process.exec"}`, `moat_denials_total{reason="token"}`, "moat_audit_errors_total", "# TYPE moat_slow_writes_total counter"} {
+			`moat_call_duration_seconds_count{op="process.exec"}`, `moat_denials_total{reason="token"}`, "moat_audit_errors_total", "# TYPE moat_slow_writes_total counter",
+			"moat_approvals_pending 0", `moat_policy_decisions_total{effect="ask"} 1`, `moat_policy_decisions_total{effect="deny"}`} {
 			if !bytes.Contains(r.body, []byte(name)) {
 				t.Errorf("metrics lack %s", name)
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/moat-sandbox/moat/api"
 	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/output"
+	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/sandbox"
 	"github.com/moat-sandbox/moat/store"
 )
@@ -124,7 +125,7 @@ func (s *Service) newCall(ctx context.Context, c Caller, m *managed, id, kind st
 }
 
 // finishCall records the end of a call in the store and the audit tape.
-func (s *Service) finishCall(c Caller, m *managed, id, kind string, req *api.Exec, res *sandbox.Result, err error, took time.Duration) {
+func (s *Service) finishCall(c Caller, m *managed, id, kind string, req *api.Exec, vs []verdict, res *sandbox.Result, err error, took time.Duration) {
 	ev := audit.Event{Kind: kind, Tenant: c.Tenant, Actor: c.Actor, Sandbox: m.info.ID, Call: id,
 		Decision: audit.DecisionAllow, Request: mustJSON(requestSummary(req)), DurationMs: took.Milliseconds()}
 	code, reason := sandbox.ExitSetupFailed, string(sandbox.ReasonSetupError)
@@ -135,6 +136,7 @@ func (s *Service) finishCall(c Caller, m *managed, id, kind string, req *api.Exe
 	if err != nil {
 		ev.Error = err.Error()
 	}
+	withVerdicts(&ev, vs)
 	t0 := time.Now()
 	serr := s.cfg.Store.FinishCall(context.Background(), id, t0, code, reason, mustJSON(res))
 	s.slow("store finish call", t0)
@@ -158,11 +160,24 @@ func (s *Service) exec(ctx context.Context, c Caller, in *input) (any, error) {
 	} else if req.Stdin != "" {
 		p.Stdin = strings.NewReader(req.Stdin)
 	}
+	call, err := parseRules(req.Policy, "exec")
+	if err != nil {
+		return nil, err
+	}
 	m, done, err := s.use(c, req.Sandbox)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
+	var st *eventSink
+	if req.Stream && in.emit != nil {
+		st = &eventSink{emit: in.emit}
+	}
+	// The decision (and an approval's wait) comes before the sandbox is
+	// marked busy: a call waiting for an approver holds no other exec.
+	if err := s.judge(ctx, c, m, &in.verdicts, api.OpExec, policy.ExecArgv(req.Args...), call, st); err != nil {
+		return nil, err
+	}
 	if !req.Concurrent {
 		m.mu.Lock()
 		busy := m.busy
@@ -177,9 +192,7 @@ func (s *Service) exec(ctx context.Context, c Caller, in *input) (any, error) {
 			m.mu.Unlock()
 		}()
 	}
-	var st *eventSink
-	if req.Stream && in.emit != nil {
-		st = &eventSink{emit: in.emit}
+	if st != nil {
 		p.Stdout, p.Stderr = st.writer(api.EventStdout), st.writer(api.EventStderr)
 	}
 	m.mu.Lock()
@@ -190,7 +203,7 @@ func (s *Service) exec(ctx context.Context, c Caller, in *input) (any, error) {
 	}
 	start := time.Now()
 	res, err := m.sb.Exec(ctx, p)
-	s.finishCall(c, m, callID, "process.exec", req, res, err, time.Since(start))
+	s.finishCall(c, m, callID, "process.exec", req, in.verdicts, res, err, time.Since(start))
 	in.recorded = true
 	if err != nil && !isSetupOnly(err) {
 		return nil, err
@@ -259,11 +272,18 @@ func (s *Service) start(ctx context.Context, c Caller, in *input) (any, error) {
 	if req.Stdin != "" || len(req.StdinBase64) > 0 {
 		return nil, api.Errorf(api.CodeInvalidArgument, "a background process takes its input through process.stdin")
 	}
+	call, err := parseRules(req.Policy, "exec")
+	if err != nil {
+		return nil, err
+	}
 	m, done, err := s.use(c, req.Sandbox)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
+	if err := s.judge(ctx, c, m, &in.verdicts, api.OpStart, policy.ExecArgv(req.Args...), call, nil); err != nil {
+		return nil, err
+	}
 	keep := s.cfg.OutputBuffer
 	if req.OutputLimit > 0 {
 		keep = min(req.OutputLimit, 4*s.cfg.OutputBuffer)
@@ -290,7 +310,7 @@ func (s *Service) start(ctx context.Context, c Caller, in *input) (any, error) {
 	handle, err := m.sb.Start(ctx, p)
 	if err != nil {
 		pr.stdin.Close()
-		s.finishCall(c, m, pr.callID, "process.start", req, nil, err, time.Since(pr.started))
+		s.finishCall(c, m, pr.callID, "process.start", req, in.verdicts, nil, err, time.Since(pr.started))
 		in.recorded = true
 		return nil, err
 	}
@@ -299,8 +319,10 @@ func (s *Service) start(ctx context.Context, c Caller, in *input) (any, error) {
 	m.procs[pr.id] = pr
 	m.forgetOldProcs()
 	m.mu.Unlock()
-	s.record(audit.Event{Kind: "process.start", Tenant: c.Tenant, Actor: c.Actor, Sandbox: m.info.ID, Call: pr.callID,
-		Decision: audit.DecisionAllow, Request: mustJSON(requestSummary(req)), Result: mustJSON(map[string]uint64{"process": pr.id})})
+	startEv := audit.Event{Kind: "process.start", Tenant: c.Tenant, Actor: c.Actor, Sandbox: m.info.ID, Call: pr.callID,
+		Decision: audit.DecisionAllow, Request: mustJSON(requestSummary(req)), Result: mustJSON(map[string]uint64{"process": pr.id})}
+	withVerdicts(&startEv, in.verdicts)
+	s.record(startEv)
 	in.recorded = true
 	s.tasks.Add(1)
 	go func() {
@@ -316,7 +338,7 @@ func (s *Service) start(ctx context.Context, c Caller, in *input) (any, error) {
 		m.mu.Lock()
 		m.forgetOldProcs()
 		m.mu.Unlock()
-		s.finishCall(c, m, pr.callID, "process.exit", req, res, err, now.Sub(pr.started))
+		s.finishCall(c, m, pr.callID, "process.exit", req, nil, res, err, now.Sub(pr.started))
 	}()
 	out := pr.snapshot(m.info.ID)
 	return &out, nil

@@ -16,28 +16,31 @@ import (
 // handlers maps every operation of api.Ops to its implementation.
 func (s *Service) handlers() map[string]handler {
 	return map[string]handler{
-		api.OpSandboxCreate: s.createSandbox,
-		api.OpSandboxList:   s.listSandboxes,
-		api.OpSandboxGet:    s.getSandbox,
-		api.OpSandboxDelete: s.deleteSandbox,
-		api.OpExec:          s.exec,
-		api.OpStart:         s.start,
-		api.OpProcessList:   s.listProcs,
-		api.OpProcessGet:    s.getProc,
-		api.OpOutput:        s.output,
-		api.OpStdin:         s.stdinProc,
-		api.OpSignal:        s.signalProc,
-		api.OpWait:          s.waitProc,
-		api.OpFileRead:      s.readFile,
-		api.OpFileWrite:     s.writeFile,
-		api.OpFileList:      s.listDir,
-		api.OpFileStat:      s.statFile,
-		api.OpFileMkdir:     s.mkdir,
-		api.OpFileRemove:    s.remove,
-		api.OpFileMove:      s.move,
-		api.OpFileUpload:    s.upload,
-		api.OpFileDownload:  s.download,
-		api.OpAuditQuery:    s.auditQuery,
+		api.OpSandboxCreate:  s.createSandbox,
+		api.OpSandboxList:    s.listSandboxes,
+		api.OpSandboxGet:     s.getSandbox,
+		api.OpSandboxDelete:  s.deleteSandbox,
+		api.OpExec:           s.exec,
+		api.OpStart:          s.start,
+		api.OpProcessList:    s.listProcs,
+		api.OpProcessGet:     s.getProc,
+		api.OpOutput:         s.output,
+		api.OpStdin:          s.stdinProc,
+		api.OpSignal:         s.signalProc,
+		api.OpWait:           s.waitProc,
+		api.OpFileRead:       s.readFile,
+		api.OpFileWrite:      s.writeFile,
+		api.OpFileList:       s.listDir,
+		api.OpFileStat:       s.statFile,
+		api.OpFileMkdir:      s.mkdir,
+		api.OpFileRemove:     s.remove,
+		api.OpFileMove:       s.move,
+		api.OpFileUpload:     s.upload,
+		api.OpFileDownload:   s.download,
+		api.OpAuditQuery:     s.auditQuery,
+		api.OpApprovalList:   s.listApprovals,
+		api.OpApprovalGet:    s.getApproval,
+		api.OpApprovalAnswer: s.answerApproval,
 	}
 }
 
@@ -67,7 +70,7 @@ func (s *Service) slow(what string, start time.Time) {
 // caller may not do, "" for failures.
 func decisionOf(err error) string {
 	switch apiError(err).(*api.Error).Code {
-	case api.CodePermissionDenied, api.CodeTooMany, api.CodeUnauthenticated:
+	case api.CodePermissionDenied, api.CodePolicyDenied, api.CodeTooMany, api.CodeUnauthenticated:
 		return audit.DecisionDeny
 	}
 	return ""

@@ -26,7 +26,7 @@ func newRPCPeer(t *testing.T, h *harness) *rpcPeer {
 	outR, outW := io.Pipe()
 	p := &rpcPeer{t: t, w: inW, rd: bufio.NewReader(outR), done: make(chan error, 1)}
 	go func() {
-		p.done <- h.svc.ServeRPC(context.Background(), inR, outW, Caller{Tenant: "local", Actor: "stdio"})
+		p.done <- h.svc.ServeRPC(context.Background(), inR, outW, Caller{Tenant: "local", Actor: "stdio", Approver: true})
 		outW.Close()
 	}()
 	return p

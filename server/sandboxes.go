@@ -16,6 +16,7 @@ import (
 type managed struct {
 	sb     sandbox.Sandbox
 	tenant string
+	pol    *sandboxPolicy
 
 	mu         sync.Mutex
 	info       api.Sandbox
@@ -132,7 +133,7 @@ func (s *Service) createSandbox(ctx context.Context, c Caller, in *input) (any, 
 		return nil, err
 	}
 	ev.Decision, ev.Sandbox = audit.DecisionAllow, sb.ID
-	ev.Result = mustJSON(map[string]any{"id": sb.ID, "limits": sb.Enforcement.Limits})
+	ev.Result = mustJSON(map[string]any{"id": sb.ID, "limits": sb.Enforcement.Limits, "policy": sb.Policy})
 	s.record(ev)
 	return sb, nil
 }
@@ -184,6 +185,13 @@ func (s *Service) doCreate(ctx context.Context, c Caller, req *api.CreateSandbox
 	}()
 
 	spec := &sandbox.Spec{Workspace: req.Workspace, Binds: req.Binds, Hostname: req.Hostname, Limits: req.Limits}
+	pol, spec, err := s.loadPolicy(req, spec)
+	if err != nil {
+		if api.AsError(err).Code == api.CodePolicyDenied {
+			s.metrics.denied("policy")
+		}
+		return nil, err
+	}
 	sb, err := s.cfg.Runtime.Create(ctx, spec)
 	if err != nil {
 		return nil, err
@@ -191,11 +199,11 @@ func (s *Service) doCreate(ctx context.Context, c Caller, req *api.CreateSandbox
 	now := time.Now()
 	enf := sandboxEnforcement(sb, s.cfg.Runtime)
 	m := &managed{
-		sb: sb, tenant: c.Tenant, lastActive: now, procs: map[uint64]*proc{}, endDone: make(chan struct{}),
+		sb: sb, tenant: c.Tenant, pol: pol, lastActive: now, procs: map[uint64]*proc{}, endDone: make(chan struct{}),
 		info: api.Sandbox{
 			ID: sb.ID(), Tenant: c.Tenant, State: api.StateRunning, CreatedAt: now,
 			TimeoutMs: millis(timeout), IdleTimeoutMs: millis(idle), Workspace: req.Workspace,
-			Hostname: req.Hostname, Labels: req.Labels, Enforcement: enf,
+			Hostname: req.Hostname, Labels: req.Labels, Enforcement: enf, Policy: pol.report,
 		},
 	}
 	rec := &store.Sandbox{
@@ -260,6 +268,7 @@ func (s *Service) end(ctx context.Context, m *managed, reason string, c Caller) 
 		s.mu.Lock()
 		delete(s.sandboxes, m.info.ID)
 		s.mu.Unlock()
+		s.approvals.forgetSandbox(m.tenant, m.info.ID)
 		if serr := s.cfg.Store.EndSandbox(context.Background(), m.info.ID, reason, last, now); serr != nil {
 			s.log.Error("recording the end of a sandbox", "sandbox", m.info.ID, "err", serr)
 		}

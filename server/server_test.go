@@ -341,7 +341,7 @@ func TestTokensFile(t *testing.T) {
 	if err != nil || !created {
 		t.Fatalf("LoadTokens: %v %v", created, err)
 	}
-	for _, name := range []string{TokenFile, TokensFile} {
+	for _, name := range []string{TokenFile, TokensFile, ApproverTokenFile} {
 		fi, err := os.Stat(filepath.Join(dir, name))
 		if err != nil || fi.Mode().Perm() != 0o600 {
 			t.Fatalf("%s: %v %v", name, fi.Mode(), err)
@@ -349,8 +349,13 @@ func TestTokensFile(t *testing.T) {
 	}
 	tok, _ := os.ReadFile(filepath.Join(dir, TokenFile))
 	c, err := tokens.Authenticate(strings.TrimSpace(string(tok)))
-	if err != nil || c.Tenant != DefaultTenant {
+	if err != nil || c.Tenant != DefaultTenant || c.Approver {
 		t.Fatalf("Authenticate: %+v %v", c, err)
+	}
+	// The approver token of the first start answers approvals.
+	atok, _ := os.ReadFile(filepath.Join(dir, ApproverTokenFile))
+	if c, err := tokens.Authenticate(strings.TrimSpace(string(atok))); err != nil || c.Tenant != DefaultTenant || !c.Approver {
+		t.Fatalf("Authenticate approver: %+v %v", c, err)
 	}
 	if _, created, err := LoadTokens(dir); err != nil || created {
 		t.Fatalf("second LoadTokens: %v %v", created, err)
@@ -361,7 +366,7 @@ func TestTokensFile(t *testing.T) {
 	if _, _, err := LoadTokens(dir); err == nil || !strings.Contains(err.Error(), "chmod 600") {
 		t.Fatalf("world-readable tokens file: %v", err)
 	}
-	for _, bad := range []string{"", "a", "a short", "bad/tenant " + tokenA, "a " + tokenA + "\nb " + tokenA} {
+	for _, bad := range []string{"", "a", "a short", "bad/tenant " + tokenA, "a " + tokenA + "\nb " + tokenA, "a " + tokenA + " admin", "a " + tokenA + " approver extra"} {
 		if _, err := parseTokens([]byte(bad)); err == nil {
 			t.Errorf("tokens %q accepted", bad)
 		}
@@ -408,7 +413,7 @@ func TestBadInput(t *testing.T) {
 		{"GET", base + "/processes/-1", nil, 400},
 		{"POST", base + "/processes/99/signal", `{"signal":"TERM"}`, 404},
 		{"GET", base + "/files", nil, 400},
-		{"GET", base + "/files?path=/etc/shadow", nil, 404},
+		{"GET", base + "/files?path=/etc/shadow", nil, 403}, // policy_denied: a host secret
 		{"GET", base + "/files?path=/proc/1/environ", nil, 403},
 		{"GET", base + "/files?path=/proc/self/root/etc/passwd&max_bytes=-1", nil, 400},
 		{"PUT", base + "/files?path=/usr/bin/x", []byte("x"), 403},

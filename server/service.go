@@ -17,12 +17,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"os/user"
+	"path/filepath"
 	"reflect"
 	"sync"
 	"time"
 
 	"github.com/moat-sandbox/moat/api"
 	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/sandbox"
 	"github.com/moat-sandbox/moat/store"
 )
@@ -76,6 +80,17 @@ type Config struct {
 	RequestTimeout time.Duration
 	// OnEnd, if set, is called after a sandbox has ended (tests).
 	OnEnd func(id, reason string)
+
+	// Home is what ~ means in policies (default: the daemon's $HOME).
+	Home string
+	// PolicyManaged and PolicyUser are the policy files of the managed
+	// and user layers (default policy.ManagedPath and
+	// <Home>/.config/moat/policy.toml). The project layer is the host
+	// workspace's .moat/policy.toml.
+	PolicyManaged, PolicyUser string
+	// ApprovalTimeout is how long a call held by an ask rule waits for an
+	// approver before it is denied (default DefaultApprovalTimeout).
+	ApprovalTimeout time.Duration
 }
 
 // Caller is who makes a call: the tenant it acts for and the actor (a
@@ -83,14 +98,18 @@ type Config struct {
 type Caller struct {
 	Tenant string
 	Actor  string
+	// Approver may answer approvals (a token with the role approver, the
+	// stdio peer).
+	Approver bool
 }
 
 // Service runs the control plane's operations.
 type Service struct {
-	cfg     Config
-	log     *slog.Logger
-	metrics *serverMetrics
-	ops     map[string]handler
+	cfg       Config
+	log       *slog.Logger
+	metrics   *serverMetrics
+	ops       map[string]handler
+	approvals *approvals
 
 	mu        sync.Mutex
 	sandboxes map[string]*managed
@@ -136,6 +155,25 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	def(&cfg.ApprovalTimeout, DefaultApprovalTimeout)
+	if cfg.Home == "" {
+		cfg.Home = defaultHome()
+	}
+	if !filepath.IsAbs(cfg.Home) {
+		return nil, fmt.Errorf("server: home %q is not an absolute path", cfg.Home)
+	}
+	cfg.Home = filepath.Clean(cfg.Home)
+	if cfg.PolicyManaged == "" {
+		cfg.PolicyManaged = policy.ManagedPath
+	}
+	if cfg.PolicyUser == "" {
+		cfg.PolicyUser = filepath.Join(cfg.Home, policy.UserPath)
+	}
+	for _, p := range []string{cfg.PolicyManaged, cfg.PolicyUser} {
+		if !filepath.IsAbs(p) {
+			return nil, fmt.Errorf("server: policy file %q is not an absolute path", p)
+		}
+	}
 	s := &Service{
 		cfg:       cfg,
 		log:       cfg.Logger,
@@ -144,6 +182,7 @@ func New(cfg Config) (*Service, error) {
 		stop:      make(chan struct{}),
 		pruneEnd:  make(chan struct{}),
 	}
+	s.approvals = newApprovals(s, cfg.ApprovalTimeout)
 	s.metrics = newMetrics(s)
 	s.ops = s.handlers()
 	return s, nil
@@ -233,11 +272,17 @@ type input struct {
 	// stream.
 	emit func(api.Event) error
 
+	// open starts a stream's answer before its first event (HTTP: the
+	// headers of an NDJSON answer); nil when there is nothing to start.
+	open func()
+
 	// req is the decoded request (for the audit record of a call that
 	// records nothing itself); recorded says the operation wrote its own
 	// audit event.
 	req      any
 	recorded bool
+	// verdicts are the policy's decisions on the call.
+	verdicts []verdict
 }
 
 type handler func(ctx context.Context, c Caller, in *input) (any, error)
@@ -261,9 +306,21 @@ func (s *Service) call(ctx context.Context, c Caller, name string, in *input) (a
 		if err != nil {
 			ev.Decision, ev.Error = decisionOf(err), err.Error()
 		}
+		withVerdicts(&ev, in.verdicts)
 		s.record(ev)
 	}
 	return resp, err
+}
+
+// defaultHome is the daemon's home: $HOME, else its user's home, else "/".
+func defaultHome() string {
+	if h := os.Getenv("HOME"); h != "" && filepath.IsAbs(h) {
+		return h
+	}
+	if u, err := user.Current(); err == nil && filepath.IsAbs(u.HomeDir) {
+		return u.HomeDir
+	}
+	return "/"
 }
 
 // decode reads the operation's request into v.

@@ -1,0 +1,319 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/moat-sandbox/moat/api"
+	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/enforce"
+	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/sandbox"
+)
+
+// The policy of a sandbox.
+//
+// At its create the daemon loads the policy layers (the managed file, the
+// user file of Config.Home, and the project file of a host workspace),
+// adds the sandbox's own rules (api.CreateSandbox.Policy, which can only
+// narrow) and compiles the result into the sandbox's spec (enforce): the
+// binds and restrictions the kernel enforces stay as compiled for the
+// sandbox's life. Every call the daemon judges itself — process.exec,
+// process.start, and the file operations on host paths the sandbox sees —
+// re-reads the files first when they changed (a stat of each; an invalid
+// edit keeps the last good policy and is logged once), so a reload applies
+// to the decisions of running sandboxes at once and to the kernel's view
+// at the next create.
+
+// sandboxPolicy is one sandbox's policy.
+type sandboxPolicy struct {
+	watcher *policy.Watcher
+	rules   *policy.File // the sandbox's own rules, or nil
+	view    *enforce.View
+	report  *api.SandboxPolicy
+
+	mu   sync.Mutex
+	base *policy.Effective // the watcher's policy eff was made from
+	eff  *policy.Effective // base with rules
+}
+
+// effective is the sandbox's policy now: the files re-read if they
+// changed, with the sandbox's rules.
+func (p *sandboxPolicy) effective(log *slog.Logger, id string) (*policy.Effective, error) {
+	if _, err := p.watcher.Reload(); err != nil {
+		// Reload reports an error once per change of the files.
+		log.Error("policy file invalid: the sandbox keeps its last good policy", "sandbox", id, "err", err)
+	}
+	cur := p.watcher.Current()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if cur != p.base {
+		eff, err := cur.With(p.rules)
+		if err != nil {
+			return nil, err
+		}
+		p.base, p.eff = cur, eff
+	}
+	return p.eff, nil
+}
+
+// parseRules parses per-sandbox or per-call rules; name is shown in their
+// source ("per-call sandbox deny[0]", "per-call exec ask[1]").
+func parseRules(c *policy.CallRules, name string) (*policy.File, error) {
+	if c == nil {
+		return nil, nil
+	}
+	f, err := policy.ParseCall(*c)
+	if err != nil {
+		return nil, api.Errorf(api.CodeInvalidArgument, "policy: %v", err)
+	}
+	for _, r := range f.Rules {
+		r.File = name
+	}
+	return f, nil
+}
+
+// loadPolicy loads the policy of a sandbox about to be created and
+// compiles it into spec. An invalid policy file fails the create: 400 when
+// it is the workspace's own (the caller's), 500 when it is the daemon's
+// (managed or user file); it never means "no policy".
+func (s *Service) loadPolicy(req *api.CreateSandbox, spec *sandbox.Spec) (*sandboxPolicy, *sandbox.Spec, error) {
+	if spec.Workspace != "" && !path.IsAbs(spec.Workspace) {
+		return nil, nil, api.Errorf(api.CodeInvalidArgument, "workspace %q is not an absolute path", spec.Workspace)
+	}
+	for _, b := range spec.Binds {
+		if !path.IsAbs(b.Source) {
+			return nil, nil, api.Errorf(api.CodeInvalidArgument, "bind source %q is not an absolute path", b.Source)
+		}
+	}
+	rules, err := parseRules(req.Policy, "sandbox")
+	if err != nil {
+		return nil, nil, err
+	}
+	pc := enforce.Context(spec, s.cfg.Home)
+	src := policy.Sources{Managed: s.cfg.PolicyManaged, User: s.cfg.PolicyUser}
+	if spec.Workspace != "" {
+		src.Project = path.Join(path.Clean(spec.Workspace), policy.ProjectPath)
+	}
+	w, err := policy.NewWatcher(pc, src)
+	if err != nil {
+		if src.Project != "" {
+			if _, perr := policy.LoadFile(pc, policy.Project, src.Project); perr != nil {
+				return nil, nil, api.Errorf(api.CodeInvalidArgument, "the workspace's policy file is invalid: %v", err)
+			}
+		}
+		if errors.Is(err, policy.ErrInvalid) {
+			s.log.Error("the daemon's policy is invalid: every create fails until it is fixed", "err", err)
+		}
+		return nil, nil, api.Errorf(api.CodeInternal, "the daemon's policy is invalid (no sandbox is created until it is fixed): %v", err)
+	}
+	eff, err := w.Current().With(rules)
+	if err != nil {
+		return nil, nil, api.Errorf(api.CodeInvalidArgument, "policy: %v", err)
+	}
+	out, rep, err := enforce.Compile(eff, spec, enforce.Options{})
+	if err != nil {
+		var de *enforce.DeniedError
+		if errors.As(err, &de) {
+			return nil, nil, deniedError(de.Decision, de.What+": "+de.Decision.Reason, "")
+		}
+		return nil, nil, fmt.Errorf("compiling the policy: %w", err)
+	}
+	report := &api.SandboxPolicy{Profile: string(rep.Profile), Warnings: eff.Warnings(), Unenforced: rep.Unenforced,
+		Restrictions: len(rep.Restrict), Created: rep.Created}
+	for _, f := range eff.Files() {
+		if f.Layer != policy.Call {
+			report.Files = append(report.Files, f.Layer.String()+" "+f.Path)
+		}
+	}
+	return &sandboxPolicy{watcher: w, rules: rules, view: enforce.NewView(out), report: report, base: w.Current(), eff: eff}, out, nil
+}
+
+// deniedError is the policy_denied error of a decision; msg is what the
+// agent reads.
+func deniedError(d policy.Decision, msg, approval string) *api.Error {
+	e := &api.Error{Code: api.CodePolicyDenied, Message: msg, Approval: approval}
+	if d.Rule != nil {
+		e.Rule, e.Source = d.Rule.String(), d.Rule.Source()
+	}
+	return e
+}
+
+// verdict is one decision of the policy on a call, as its audit event
+// keeps it (result.policy).
+type verdict struct {
+	Request string `json:"request"`
+	// Effect is the outcome (allow or deny); Decided the engine's own
+	// answer (allow, ask or deny).
+	Effect   string `json:"effect"`
+	Decided  string `json:"decided"`
+	Rule     string `json:"rule"`
+	Source   string `json:"source"`
+	Reason   string `json:"reason"`
+	Approval string `json:"approval,omitempty"`
+	// Granted: an earlier allow-always answered this ask.
+	Granted bool `json:"granted,omitempty"`
+}
+
+// requestText is a request written like a rule, paths as the engine
+// judged them (cleaned, symlinks resolved).
+func requestText(d policy.Decision) string {
+	r := d.Request
+	if (r.Kind == policy.Read || r.Kind == policy.Write) && d.Path != "" {
+		r.Path = d.Path
+	}
+	return r.String()
+}
+
+// judge decides req for a call of op on sandbox m and returns nil when it
+// may go ahead. An ask waits for an approval (st, when the call streams,
+// receives approval events); a deny, a refused or expired approval is
+// policy_denied. The verdict is appended to vs for the call's audit event.
+func (s *Service) judge(ctx context.Context, c Caller, m *managed, vs *[]verdict, op string, req policy.Request, call *policy.File, st *eventSink) error {
+	eff, err := m.pol.effective(s.log, m.info.ID)
+	if err != nil {
+		return err
+	}
+	if call != nil {
+		if eff, err = eff.With(call); err != nil {
+			return api.Errorf(api.CodeInvalidArgument, "policy: %v", err)
+		}
+	}
+	d := eff.Decide(req)
+	s.metrics.decisions.Inc(d.Effect.String())
+	v := verdict{Request: requestText(d), Decided: d.Effect.String(), Effect: d.Effect.String(), Reason: d.Reason}
+	if d.Rule != nil {
+		v.Rule, v.Source = d.Rule.String(), d.Rule.Source()
+	}
+	switch d.Effect {
+	case policy.Allow:
+		*vs = append(*vs, v)
+		return nil
+	case policy.Ask:
+	default:
+		v.Effect = audit.DecisionDeny
+		*vs = append(*vs, v)
+		return deniedError(d, d.Reason, "")
+	}
+	ap, granted := s.approvals.open(c, m, op, d, v.Request)
+	if granted {
+		v.Effect, v.Granted = audit.DecisionAllow, true
+		*vs = append(*vs, v)
+		return nil
+	}
+	v.Approval = ap.info.ID
+	s.record(audit.Event{Kind: "approval.request", Tenant: c.Tenant, Actor: c.Actor, Sandbox: m.info.ID, Decision: audit.DecisionAsk,
+		Rule: ruleWithSource(v.Rule, v.Source), Request: mustJSON(map[string]string{"approval": ap.info.ID, "op": op, "request": v.Request}),
+		Result: mustJSON(map[string]any{"reason": d.Reason, "expires_at": ap.info.ExpiresAt})})
+	first := ap.snapshot()
+	if st != nil {
+		st.send(api.Event{Type: api.EventApproval, Approval: &first})
+	}
+	select {
+	case <-ap.done:
+	case <-ctx.Done():
+		s.approvals.withdraw(ap, "the call was cancelled")
+	case <-m.endDone:
+		s.approvals.withdraw(ap, "the sandbox ended")
+	}
+	<-ap.done
+	info := ap.snapshot()
+	if st != nil {
+		st.send(api.Event{Type: api.EventApproval, Approval: &info})
+	}
+	switch info.State {
+	case api.ApprovalAllowed:
+		v.Effect = audit.DecisionAllow
+		*vs = append(*vs, v)
+		return nil
+	case api.ApprovalWithdrawn:
+		v.Effect = audit.DecisionDeny
+		*vs = append(*vs, v)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		return api.Errorf(api.CodeNotRunning, "sandbox %s ended while the call waited for approval %s", m.info.ID, info.ID)
+	}
+	v.Effect = audit.DecisionDeny
+	*vs = append(*vs, v)
+	return deniedError(d, approvalRefusal(d, info), info.ID)
+}
+
+// approvalRefusal is what the agent reads when its approval was denied or
+// expired.
+func approvalRefusal(d policy.Decision, a api.Approval) string {
+	reason := "denied: " + strings.TrimPrefix(d.Reason, "needs approval: ")
+	if a.State == api.ApprovalExpired {
+		return fmt.Sprintf("%s; nobody answered approval %s within %s", reason, a.ID, a.ExpiresAt.Sub(a.CreatedAt).Round(time.Millisecond))
+	}
+	msg := fmt.Sprintf("%s; approval %s was denied by %s", reason, a.ID, a.AnsweredBy)
+	if a.Comment != "" {
+		msg += ": " + a.Comment
+	}
+	return msg
+}
+
+func ruleWithSource(rule, source string) string {
+	if rule == "" || source == "" {
+		return rule
+	}
+	return rule + " (" + source + ")"
+}
+
+// judgePaths decides file operation op on sandbox paths (absolute or
+// relative to /workspace): a path the sandbox sees from the host is judged
+// as a Read or Write of its host path; one in the sandbox's own storage
+// (/tmp, its home) holds nothing of the host and needs no decision.
+func (s *Service) judgePaths(ctx context.Context, c Caller, m *managed, vs *[]verdict, op string, write bool, paths ...string) error {
+	for _, p := range paths {
+		if !path.IsAbs(p) {
+			p = path.Join(enforce.WorkspaceDir, p)
+		}
+		host, ok := m.pol.view.Host(p)
+		if !ok {
+			continue
+		}
+		req := policy.ReadPath(host)
+		if write {
+			req = policy.WritePath(host)
+		}
+		if err := s.judge(ctx, c, m, vs, op, req, nil, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// withVerdicts puts the policy's decisions of a call into its audit
+// event: the decision, the deciding rule, and result.policy.
+func withVerdicts(ev *audit.Event, vs []verdict) {
+	if len(vs) == 0 {
+		return
+	}
+	decider := vs[0]
+	for _, v := range vs {
+		if v.Effect == audit.DecisionDeny {
+			decider = v
+			break
+		}
+		if v.Decided != audit.DecisionAllow && decider.Decided == audit.DecisionAllow {
+			decider = v
+		}
+	}
+	ev.Decision, ev.Rule = decider.Effect, ruleWithSource(decider.Rule, decider.Source)
+	res := map[string]any{}
+	if len(ev.Result) > 0 && !strings.HasPrefix(string(ev.Result), "null") {
+		if err := json.Unmarshal(ev.Result, &res); err != nil {
+			res = map[string]any{"result": ev.Result}
+		}
+	}
+	res["policy"] = vs
+	ev.Result = mustJSON(res)
+}
