@@ -3,6 +3,7 @@ package enforce
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path"
 	"sort"
 	"strings"
@@ -29,6 +30,10 @@ type Options struct {
 	// HostRoot is the host's "/" to list for the trusted profile's binds
 	// (tests); default "/".
 	HostRoot string
+	// Hide are host paths hidden wherever the sandbox would see them,
+	// whatever the policy says: the control plane's own data directory
+	// (tokens, database, audit tape) when it is not under /var/lib/moat.
+	Hide []string
 	// DryRun changes nothing on the host (moat policy explain): a missing
 	// hooks directory is reported as one that would be created.
 	DryRun bool
@@ -121,6 +126,9 @@ func Compile(eff *policy.Effective, spec *sandbox.Spec, o Options) (*sandbox.Spe
 		c.trustedBinds()
 	}
 	c.view = NewView(&out)
+	for _, h := range o.Hide {
+		c.hideAlways(path.Clean(h))
+	}
 	c.restrict()
 	if len(c.roots.NetAllow) > 0 && !c.roots.NetEnforced {
 		c.note("network allowlist %s recorded; there is no egress proxy yet, so the sandbox has no network", strings.Join(c.roots.NetAllow, ", "))
@@ -187,4 +195,20 @@ func (c *compiler) add(p string, m sandbox.RestrictMode) {
 	r := sandbox.Restriction{Path: p, Mode: m}
 	c.spec.Restrict = append(c.spec.Restrict, r)
 	c.rep.Restrict = append(c.rep.Restrict, r)
+}
+
+// hideAlways hides a host path where the sandbox sees it, or every tree
+// the sandbox sees inside it.
+func (c *compiler) hideAlways(h string) {
+	if sp, t, ok := c.view.Sandbox(h); ok && t.Host != "" {
+		if _, err := os.Lstat(h); err == nil && sp != t.Target {
+			c.add(sp, sandbox.Hide)
+			return
+		}
+	}
+	for _, t := range c.view.Trees() {
+		if t.Host != "" && within(t.Host, h) {
+			c.add(t.Target, sandbox.Hide)
+		}
+	}
 }
