@@ -65,6 +65,86 @@ var systems = []system{
 		about:   "bubblewrap with every namespace and binds comparable to moat's (read-only /usr and /etc, fresh /proc, /dev, /tmp, /workspace)",
 		prepare: prepareBwrap,
 	},
+	{
+		name: "moat-repo",
+		about: "moat run -w REPO: a generated repository of " + fmt.Sprint(repoEntries) + " entries bound as the workspace; the policy is compiled into " +
+			"the sandbox (the repository searched for .git, credential and rc files, which are mounted hidden, read-only or pinned)",
+		prepare: prepareMoatRepo,
+	},
+	{
+		name:    "bwrap-repo",
+		about:   "bubblewrap as above with the same repository bound read-write at /workspace (no protection inside it)",
+		prepare: prepareBwrapRepo,
+	},
+}
+
+// repoEntries is the size of the generated repository of the *-repo rows.
+const repoEntries = 337 // files and directories written by makeRepo
+
+// makeRepo writes a small repository: .git (config, HEAD, 64 object
+// directories, no hooks directory), a .env and a key, an rc file, 20
+// source directories of 12 files and a nested repository.
+func makeRepo() (string, error) {
+	dir, err := os.MkdirTemp("", "moat-bench-repo-")
+	if err != nil {
+		return "", err
+	}
+	var files []string
+	files = append(files, ".git/config", ".git/HEAD", ".env", "deploy/server.pem", ".bashrc", "sub/.git/config", "sub/README")
+	for i := range 64 {
+		files = append(files, fmt.Sprintf(".git/objects/%02x/", i))
+	}
+	for d := range 20 {
+		for f := range 12 {
+			files = append(files, fmt.Sprintf("src/d%02d/f%02d.go", d, f))
+		}
+	}
+	for _, f := range files {
+		p := filepath.Join(dir, f)
+		if f[len(f)-1] == '/' {
+			err = os.MkdirAll(p, 0o755)
+		} else if err = os.MkdirAll(filepath.Dir(p), 0o755); err == nil {
+			err = os.WriteFile(p, []byte("x\n"), 0o644)
+		}
+		if err != nil {
+			os.RemoveAll(dir)
+			return "", err
+		}
+	}
+	return dir, nil
+}
+
+func prepareMoatRepo(o *options) (*prepared, error) {
+	p, err := prepareMoat(o)
+	if err != nil {
+		return nil, err
+	}
+	repo, err := makeRepo()
+	if err != nil {
+		return nil, err
+	}
+	p.argv = []string{p.argv[0], "run", "-w", repo, "--", benchCommand}
+	p.cleanup = func() { os.RemoveAll(repo) }
+	return p, nil
+}
+
+func prepareBwrapRepo(o *options) (*prepared, error) {
+	p, err := prepareBwrap(o)
+	if err != nil {
+		return nil, err
+	}
+	repo, err := makeRepo()
+	if err != nil {
+		return nil, err
+	}
+	for i := 0; i+1 < len(p.argv); i++ {
+		if p.argv[i] == "--tmpfs" && p.argv[i+1] == "/workspace" {
+			p.argv = append(p.argv[:i:i], append([]string{"--bind", repo, "/workspace"}, p.argv[i+2:]...)...)
+			break
+		}
+	}
+	p.cleanup = func() { os.RemoveAll(repo) }
+	return p, nil
 }
 
 func systemNames() []string {
