@@ -27,8 +27,19 @@
 //
 // Everything the daemon refuses comes back as an [*api.Error]: use
 // errors.As, errors.Is(err, &api.Error{Code: api.CodeNotFound}), or the
-// helpers [Code], [IsNotFound], [IsBusy], [IsUnauthenticated] and
-// [IsGone]. Failures to reach the daemon are other errors (wrapping the
+// helpers [Code], [IsNotFound], [IsBusy], [IsUnauthenticated], [IsGone]
+// and [IsPolicyDenied].
+//
+// # Policy and approvals
+//
+// The daemon judges every exec, start and file operation by the
+// sandbox's policy. A refusal is an *api.Error of code policy_denied
+// ([IsPolicyDenied]) whose Message is the reason, with the rule. A call an
+// ask rule holds waits until an approver answers: [Sandbox.ExecStream]
+// yields an event of type approval when it starts waiting and when it is
+// answered. Approvers list, follow and answer approvals with
+// [Client.Approvals], [Client.FollowApprovals] and
+// [Client.AnswerApproval] (an approver token: MOAT_APPROVER_TOKEN). Failures to reach the daemon are other errors (wrapping the
 // network or process error; context errors are kept so errors.Is works).
 //
 // # Example

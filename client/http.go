@@ -193,7 +193,7 @@ func (t *httpTransport) stream(ctx context.Context, op api.Op, req any, onEvent 
 			var ev api.Event
 			if err := dec.Decode(&ev); err != nil {
 				if err == io.EOF {
-					if op.Out == api.BodyJSON {
+					if op.Name == api.OpExec {
 						// An exec's stream must end with its exit or error.
 						return fmt.Errorf("moat client: %s: the stream ended before the process's exit: %w", op.Name, io.ErrUnexpectedEOF)
 					}

@@ -42,9 +42,13 @@ type eventParams struct {
 func (s *Service) ServeRPC(ctx context.Context, r io.Reader, w io.Writer, c Caller) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	out := &rpcWriter{w: w, inflight: map[string]context.CancelFunc{}}
+	out := &rpcWriter{w: w, inflight: map[string]context.CancelFunc{}, eof: make(chan struct{})}
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	// The calls still running when the input ends are waited for (a
+	// piped batch runs to its end), except follow streams, which never
+	// end on their own: they end with the input.
+	defer close(out.eof)
 	// A line holds at most a file's content, base64-encoded, plus the
 	// envelope.
 	maxLine := int(s.cfg.MaxFileBytes/3*4) + MaxJSONBody
@@ -186,6 +190,18 @@ func (s *Service) rpcRequest(ctx context.Context, raw []byte, out *rpcWriter, c 
 	if op.Out == api.BodyRaw {
 		in.out = &buf
 	}
+	if op.Name == api.OpApprovalList {
+		var stop context.CancelFunc
+		ctx, stop = context.WithCancel(ctx)
+		defer stop()
+		go func() {
+			select {
+			case <-out.eof:
+				stop()
+			case <-ctx.Done():
+			}
+		}()
+	}
 	if !notification {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(ctx)
@@ -241,6 +257,8 @@ type rpcWriter struct {
 
 	imu      sync.Mutex
 	inflight map[string]context.CancelFunc
+
+	eof chan struct{} // closed when the input has ended
 }
 
 // track registers a request's cancel function; the returned func

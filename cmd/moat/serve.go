@@ -41,6 +41,11 @@ type serveFlags struct {
 	maxSandboxes   int
 	maxPerTenant   int
 	logLevel       string
+
+	home            string
+	policyManaged   string
+	policyUser      string
+	approvalTimeout time.Duration
 }
 
 const serveLong = `Run the control-plane daemon: long-lived sandboxes, their processes and
@@ -49,10 +54,26 @@ over stdin/stdout (one daemon per agent; no port, no token).
 
 State lives in the data directory (default ` + defaultDataDir + `, created 0700):
 moat.db (SQLite: sandboxes, calls, results), audit/ (the JSONL audit tape),
-tokens (one "TENANT TOKEN" per line, mode 0600; reloaded on SIGHUP) and
+tokens (one "TENANT TOKEN [ROLE]" per line, mode 0600; reloaded on SIGHUP),
 token (the "default" tenant's token, created on first start, for local
-clients: MOAT_TOKEN_FILE). A --stdio daemon uses a data directory of its
-own under ` + defaultDataDir + `/stdio/ unless --data is given.
+clients: MOAT_TOKEN_FILE) and approver-token (an approver token of tenant
+"default", created with it: the role approver may answer approvals, so
+give it to the person who approves, never to an agent). A --stdio daemon
+uses a data directory of its own under ` + defaultDataDir + `/stdio/ unless
+--data is given; its peer (the program that started it) may answer
+approvals.
+
+Policy: every sandbox gets the policy layers at its create: the managed
+file (--policy-managed, default /etc/moat/policy.toml), the user file
+(--policy-user, default <home>/.config/moat/policy.toml, where --home is
+what ~ means, default $HOME) and, for a host workspace, its
+.moat/policy.toml. What the kernel enforces (hidden credentials,
+read-only hooks and policy files) is compiled at the create and stays for
+the sandbox's life; the decisions on each exec, start and file operation
+follow the files as they change (an invalid edit keeps the last good
+policy and is logged). An ask rule holds the call in an approval (moat
+approvals) until an approver answers it or --approval-timeout passes
+(denied).
 
 On start the daemon reconciles what a killed predecessor left: sandboxes
 and calls it recorded as running are marked lost, and leftover cgroups are
@@ -85,6 +106,10 @@ func serveCommand() *command {
 			fl.IntVar(&f.maxSandboxes, "max-sandboxes", server.DefaultMaxSandboxes, "running sandboxes allowed on this daemon")
 			fl.IntVar(&f.maxPerTenant, "max-per-tenant", server.DefaultMaxPerTenant, "running sandboxes allowed per tenant")
 			fl.StringVar(&f.logLevel, "log-level", "info", "log `LEVEL` on stderr: debug, info, warn, error")
+			fl.StringVar(&f.home, "home", "", "what ~ means in policies, `DIR` (default $HOME)")
+			fl.StringVar(&f.policyManaged, "policy-managed", "", "the managed policy `FILE` (default /etc/moat/policy.toml)")
+			fl.StringVar(&f.policyUser, "policy-user", "", "the user policy `FILE` (default <home>/.config/moat/policy.toml)")
+			fl.DurationVar(&f.approvalTimeout, "approval-timeout", server.DefaultApprovalTimeout, "how long a call held by an ask rule waits for an approver before it is denied")
 		},
 		run: func(ctx context.Context, args []string) error { return runServe(ctx, f, args) },
 	}
@@ -101,6 +126,23 @@ func runServe(ctx context.Context, f *serveFlags, args []string) error {
 		return usageError("--idle-timeout %s: want a duration above 0 and at most %s", f.idleTimeout, server.DefaultMaxTimeout)
 	case f.maxSandboxes < 1 || f.maxPerTenant < 1:
 		return usageError("--max-sandboxes and --max-per-tenant must be at least 1")
+	case f.approvalTimeout <= 0 || f.approvalTimeout > server.DefaultMaxTimeout:
+		return usageError("--approval-timeout %s: want a duration above 0 and at most %s", f.approvalTimeout, server.DefaultMaxTimeout)
+	}
+	for _, p := range []*string{&f.home, &f.policyManaged, &f.policyUser} {
+		if *p == "" {
+			continue
+		}
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return usageError("%s: %v", *p, err)
+		}
+		*p = abs
+	}
+	if f.home != "" {
+		if fi, err := os.Stat(f.home); err != nil || !fi.IsDir() {
+			return usageError("--home %s: not a directory", f.home)
+		}
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
@@ -167,6 +209,7 @@ func runServe(ctx context.Context, f *serveFlags, args []string) error {
 		AllowHostPaths: f.allowHostPaths || f.stdio,
 		DefaultTimeout: f.timeout, DefaultIdleTimeout: f.idleTimeout,
 		MaxSandboxes: f.maxSandboxes, MaxPerTenant: f.maxPerTenant,
+		Home: f.home, PolicyManaged: f.policyManaged, PolicyUser: f.policyUser, ApprovalTimeout: f.approvalTimeout,
 	})
 	if err != nil {
 		return err
@@ -177,7 +220,7 @@ func runServe(ctx context.Context, f *serveFlags, args []string) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if f.stdio {
-		err = svc.ServeRPC(ctx, os.Stdin, os.Stdout, server.Caller{Tenant: "local", Actor: "stdio"})
+		err = svc.ServeRPC(ctx, os.Stdin, os.Stdout, server.Caller{Tenant: "local", Actor: "stdio", Approver: true})
 	} else {
 		err = serveHTTP(ctx, ln, dataDir, svc, log)
 	}
@@ -218,7 +261,8 @@ func serveHTTP(ctx context.Context, ln net.Listener, dataDir string, svc *server
 		url = "unix:" + ln.Addr().String()
 	}
 	if created {
-		log.Info("created an API token for tenant \"default\"", "file", tokenPath)
+		log.Info("created an API token and an approver token for tenant \"default\"", "file", tokenPath,
+			"approver_file", filepath.Join(dataDir, server.ApproverTokenFile))
 	}
 	log.Info("listening", "url", url, "token_file", tokenPath, "data", dataDir)
 	hup := make(chan os.Signal, 1)

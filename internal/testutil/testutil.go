@@ -151,6 +151,9 @@ type Daemon struct {
 	URL string
 	// Token is the default tenant's token from the data directory.
 	Token string
+	// ApproverToken is the default tenant's approver token
+	// (<data>/approver-token), when the daemon made one.
+	ApproverToken string
 	// Log holds the daemon's stderr up to the "listening" line.
 	Log string
 }
@@ -190,6 +193,9 @@ func StartDaemon(t testing.TB, dir string, flags ...string) *Daemon {
 			t.Fatal(err)
 		}
 		d.Token, d.Log = strings.TrimSpace(string(tok)), log.String()
+		if atok, err := os.ReadFile(filepath.Join(dir, "approver-token")); err == nil {
+			d.ApproverToken = strings.TrimSpace(string(atok))
+		}
 		// Keep draining the log so the daemon never blocks on it.
 		go func() {
 			for sc.Scan() {
