@@ -27,6 +27,7 @@ import (
 	"github.com/moat-sandbox/moat/api"
 	"github.com/moat-sandbox/moat/client"
 	"github.com/moat-sandbox/moat/config"
+	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
@@ -51,9 +52,17 @@ MOAT_TOKEN, or the file MOAT_TOKEN_FILE (default /var/lib/moat/token).
 MOAT_MODE=stdio is refused: a private daemon would end, and delete its
 sandboxes, when this command ends.
 
+Policy: the daemon judges every exec, start and file operation by the
+sandbox's policy (its policy files, then --ask/--deny rules of the
+sandbox and of the call, which can only narrow). A command an ask rule
+holds waits until an approver answers ('moat approvals'); exec says so on
+stderr.
+
 Exit codes: exec returns the command's own code (as 'moat run' does: 124
-timeout, 126, 127, 128+N…); 125 when the daemon cannot be reached or
-refuses the request; 130 when interrupted; otherwise 0.`
+timeout, 126, 127, 128+N…); exec and start exit 126 with the reason on
+stderr when the policy denies the command (or its approval was denied or
+expired); 125 when the daemon cannot be reached or refuses the request;
+130 when interrupted; otherwise 0.`
 
 // sandboxIO is what the sandbox commands read and write.
 type sandboxIO struct {
@@ -222,6 +231,7 @@ func sbCreate(sio sandboxIO) *command {
 		hostname       string
 		labels, ro, rw []string
 		asJSON         bool
+		rules          ruleFlags
 	)
 	return &command{
 		name:  "create",
@@ -245,6 +255,7 @@ them.`,
 			fl.StringVar(&hostname, "hostname", "", "the sandbox's host `NAME`")
 			fl.StringArrayVarP(&labels, "label", "l", nil, "label the sandbox `KEY=VALUE` (repeatable)")
 			fl.BoolVar(&asJSON, "json", false, "print the sandbox's description as JSON")
+			rules.declare(fl, "every call of the sandbox")
 		},
 		run: func(ctx context.Context, args []string) error {
 			if len(args) > 0 {
@@ -254,7 +265,7 @@ them.`,
 			if err != nil {
 				return err
 			}
-			req := api.CreateSandbox{Hostname: hostname, Limits: limits}
+			req := api.CreateSandbox{Hostname: hostname, Limits: limits, Policy: rules.callRules()}
 			if req.TimeoutMs, err = durationMs("timeout", timeout); err != nil {
 				return err
 			}
@@ -371,6 +382,26 @@ type execFlags struct {
 	concurrent  bool
 	stdin       bool
 	json        bool
+	rules       ruleFlags
+}
+
+// ruleFlags are per-sandbox or per-call policy rules; they can only
+// narrow the daemon's policy.
+type ruleFlags struct {
+	ask, deny []string
+}
+
+func (r *ruleFlags) declare(fl *pflag.FlagSet, what string) {
+	fl.StringArrayVar(&r.ask, "ask", nil, "policy rule `RULE` that needs an approval for "+what+", e.g. 'Exec(git push*)' (repeatable)")
+	fl.StringArrayVar(&r.deny, "deny", nil, "policy rule `RULE` that denies for "+what+", e.g. 'Read(secrets/**)' (repeatable)")
+}
+
+// callRules is nil when no rule was given.
+func (r *ruleFlags) callRules() *policy.CallRules {
+	if len(r.ask)+len(r.deny) == 0 {
+		return nil
+	}
+	return &policy.CallRules{Ask: r.ask, Deny: r.deny}
 }
 
 func (f *execFlags) declare(fl *pflag.FlagSet, exec bool) {
@@ -378,6 +409,7 @@ func (f *execFlags) declare(fl *pflag.FlagSet, exec bool) {
 	fl.StringVar(&f.cwd, "cwd", "", "working `PATH` inside the sandbox (default /workspace)")
 	fl.DurationVar(&f.timeout, "timeout", 0, "kill the command's process tree after `DURATION` (exit 124); 0 means the daemon's default")
 	fl.StringVar(&f.sh, "sh", "", "run `STRING` with /bin/sh -c")
+	f.rules.declare(fl, "this command")
 	if exec {
 		fl.StringVar(&f.outputLimit, "output-limit", "", "with --json, cap each captured stream at `BYTES`")
 		fl.BoolVar(&f.concurrent, "concurrent", false, "run beside another exec running in the sandbox (otherwise refused as busy)")
@@ -405,7 +437,7 @@ func (f *execFlags) request(name string, args []string, stdin io.Reader) (string
 	if len(cmd) == 0 {
 		return "", req, usageError("%s: no command (moat sandbox %s SANDBOX -- COMMAND [ARG...], or --sh 'STRING')", name, name)
 	}
-	req = api.Exec{Args: cmd, Env: f.env, Cwd: f.cwd, Concurrent: f.concurrent}
+	req = api.Exec{Args: cmd, Env: f.env, Cwd: f.cwd, Concurrent: f.concurrent, Policy: f.rules.callRules()}
 	var err error
 	if req.TimeoutMs, err = durationMs("timeout", f.timeout); err != nil {
 		return "", req, err
@@ -493,6 +525,9 @@ func runExec(ctx context.Context, sio sandboxIO, f *execFlags, args []string) er
 		}
 		return err
 	})
+	if client.IsPolicyDenied(err) {
+		return policyDenied(sio, f.json, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -512,9 +547,25 @@ func runExec(ctx context.Context, sio sandboxIO, f *execFlags, args []string) er
 	return nil
 }
 
+// policyDenied reports a command the policy refused: the reason on
+// stderr (with asJSON, a denied result on stdout too), exit 126.
+func policyDenied(sio sandboxIO, asJSON bool, err error) error {
+	var e *api.Error
+	errors.As(err, &e)
+	res := sandbox.DeniedResult(e.Message)
+	if asJSON {
+		if perr := printJSONTo(sio.stdout, res); perr != nil {
+			return perr
+		}
+	}
+	fmt.Fprintln(sio.stderr, "moat:", e.Message)
+	return &exitError{code: res.ExitCode}
+}
+
 // copyOutput writes the output events of events to stdout and stderr, and
 // the line lost to stderr where output was lost, until the stream ends or
-// fails; it returns the result of its exit event, if any.
+// fails; it returns the result of its exit event, if any. An approval
+// the command waits for is told on stderr.
 func copyOutput(sio sandboxIO, events iter.Seq2[api.Event, error], lost string) (*sandbox.Result, error) {
 	var res *sandbox.Result
 	for ev, err := range events {
@@ -528,6 +579,16 @@ func copyOutput(sio sandboxIO, events iter.Seq2[api.Event, error], lost string) 
 			_, err = sio.stderr.Write(ev.Output())
 		case api.EventLost:
 			fmt.Fprintln(sio.stderr, lost)
+		case api.EventApproval:
+			if a := ev.Approval; a != nil {
+				switch a.State {
+				case api.ApprovalPending:
+					fmt.Fprintf(sio.stderr, "moat: waiting for approval %s (%s; until %s): moat approvals allow|deny %s\n",
+						a.ID, a.Reason, a.ExpiresAt.Local().Format(time.TimeOnly), a.ID)
+				case api.ApprovalAllowed:
+					fmt.Fprintf(sio.stderr, "moat: approval %s allowed by %s\n", a.ID, a.AnsweredBy)
+				}
+			}
 		case api.EventExit:
 			res = ev.Result
 		}
@@ -553,13 +614,17 @@ read its output with 'moat sandbox logs SANDBOX ID'.`,
 			if err != nil {
 				return err
 			}
-			return withClient(func(c *client.Client) error {
+			err = withClient(func(c *client.Client) error {
 				p, err := c.Sandbox(id).Start(ctx, req)
 				if err != nil {
 					return err
 				}
 				return printMade(sio.stdout, f.json, p.ID(), p.Snapshot())
 			})
+			if client.IsPolicyDenied(err) {
+				return policyDenied(sio, false, err)
+			}
+			return err
 		},
 	}
 }

@@ -402,3 +402,50 @@ func TestSandboxCLICopy(t *testing.T) {
 		t.Fatalf("cp of a missing file: %d %q", code, errOut)
 	}
 }
+
+// TestSandboxCLIPolicy: a command the policy denies exits 126 with the
+// reason on stderr (and a denied result with --json); an approval the
+// command waits for is told on stderr; --ask and --deny travel as the
+// call's rules.
+func TestSandboxCLIPolicy(t *testing.T) {
+	mux := fakeDaemon(t)
+	const reason = "denied: Exec `git push` matches deny Exec(git push*) (user ~/.config/moat/policy.toml:3)"
+	mux.HandleFunc("POST /v1/sandboxes/{sandbox}/exec", func(w http.ResponseWriter, r *http.Request) {
+		var req api.Exec
+		json.NewDecoder(r.Body).Decode(&req)
+		if req.Args[0] == "git" {
+			if req.Policy == nil || !slices.Equal(req.Policy.Ask, []string{"Exec(curl *)"}) || !slices.Equal(req.Policy.Deny, []string{"Read(x)"}) {
+				t.Errorf("per-call rules: %+v", req.Policy)
+			}
+			replyJSON(w, 403, api.Error{Code: api.CodePolicyDenied, Message: reason, Rule: "deny Exec(git push*)", Source: "user ~/.config/moat/policy.toml:3"})
+			return
+		}
+		res := sandbox.Result{ExitReason: sandbox.ReasonExited}
+		now := time.Now()
+		ap := api.Approval{ID: "ap_1", State: api.ApprovalPending, Reason: "needs approval: x", CreatedAt: now, ExpiresAt: now.Add(time.Minute)}
+		done := ap
+		done.State, done.AnsweredBy = api.ApprovalAllowed, "token:abcd"
+		replyEvents(w, api.Event{Seq: 1, Type: api.EventApproval, Approval: &ap}, api.Event{Seq: 2, Type: api.EventApproval, Approval: &done},
+			api.Event{Seq: 3, Type: api.EventStdout, Text: "ran\n"}, api.Event{Seq: 4, Type: api.EventExit, Result: &res})
+	})
+	mux.HandleFunc("POST /v1/sandboxes/{sandbox}/processes", func(w http.ResponseWriter, r *http.Request) {
+		replyJSON(w, 403, api.Error{Code: api.CodePolicyDenied, Message: reason})
+	})
+	_, errOut, code := sbRun(t, "", "exec", "--ask", "Exec(curl *)", "--deny", "Read(x)", "sb-1", "--", "git", "push")
+	if code != sandbox.ExitNotExecutable || errOut != "moat: "+reason+"\n" {
+		t.Fatalf("denied exec: %d %q", code, errOut)
+	}
+	out, _, code := sbRun(t, "", "exec", "--json", "--ask", "Exec(curl *)", "--deny", "Read(x)", "sb-1", "--", "git", "push")
+	var res sandbox.Result
+	if err := json.Unmarshal([]byte(out), &res); err != nil || code != 126 || res.ExitReason != sandbox.ReasonDenied || res.Error != reason {
+		t.Fatalf("denied exec --json: %d %q", code, out)
+	}
+	if _, errOut, code = sbRun(t, "", "start", "sb-1", "--", "git", "push"); code != 126 || !strings.Contains(errOut, reason) {
+		t.Fatalf("denied start: %d %q", code, errOut)
+	}
+	out, errOut, code = sbRun(t, "", "exec", "sb-1", "--", "touch", "x")
+	if code != 0 || out != "ran\n" || !strings.Contains(errOut, "moat: waiting for approval ap_1 (needs approval: x;") ||
+		!strings.Contains(errOut, "moat approvals allow|deny ap_1") || !strings.Contains(errOut, "moat: approval ap_1 allowed by token:abcd") {
+		t.Fatalf("approved exec: %d %q %q", code, out, errOut)
+	}
+}
