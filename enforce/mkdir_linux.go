@@ -2,6 +2,7 @@ package enforce
 
 import (
 	"errors"
+	"os"
 
 	"golang.org/x/sys/unix"
 )
@@ -30,4 +31,14 @@ func mkdirOwned(dir, name string) (created bool, err error) {
 		return false, err
 	}
 	return true, nil
+}
+
+// openDir opens a directory to list it; anything else (a FIFO, whose open
+// would block, a device, a symlink) fails without being opened.
+func openDir(p string) (*os.File, error) {
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), p), nil
 }

@@ -192,9 +192,9 @@ func (c *compiler) walk(t Tree, ps []item) {
 	for len(queue) > 0 {
 		d := queue[0]
 		queue = queue[1:]
-		f, err := os.Open(d.host)
+		f, err := openDir(d.host)
 		if err != nil {
-			continue
+			continue // not a directory (a bound file, a FIFO: never opened), gone, unreadable
 		}
 		ents, _ := f.ReadDir(-1)
 		f.Close()
