@@ -292,7 +292,6 @@ func TestCompileTrusted(t *testing.T) {
 	}
 }
 
-
 // TestCompileFIFOBind: a bound FIFO is never opened (the open would block).
 func TestCompileFIFOBind(t *testing.T) {
 	fifo := filepath.Join(t.TempDir(), "fifo")
