@@ -91,6 +91,12 @@ func (c *Conn) Recv() (*Message, []int, error) {
 		// needs a large one.
 		var size int
 		size, _, _, _, rerr = unix.Recvmsg(int(fd), nil, nil, unix.MSG_PEEK|unix.MSG_TRUNC)
+		if rerr == unix.ECONNRESET {
+			// A peer that exits with packets of ours unread makes the
+			// kernel report ECONNRESET once, before the packets it sent
+			// last (an init's setup error); they are still queued.
+			size, _, _, _, rerr = unix.Recvmsg(int(fd), nil, nil, unix.MSG_PEEK|unix.MSG_TRUNC)
+		}
 		if rerr != nil {
 			return rerr != unix.EAGAIN
 		}

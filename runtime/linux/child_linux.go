@@ -1,6 +1,7 @@
 package linux
 
 import (
+	"fmt"
 	"os"
 	"syscall"
 
@@ -13,6 +14,7 @@ import (
 type child struct {
 	pid    int
 	exited chan struct{} // closed once the child has been reaped
+	status unix.WaitStatus
 }
 
 // startChild forks and execs argv0 with attr and reaps it in the
@@ -43,6 +45,9 @@ func (c *child) reap() {
 			if err == unix.EINTR {
 				continue
 			}
+			if wpid == c.pid {
+				c.status = ws
+			}
 			// ECHILD cannot happen while we are its only reaper; treat
 			// it as the end rather than wait forever.
 			return wpid == c.pid || err != nil
@@ -61,6 +66,7 @@ func (c *child) reap() {
 	for {
 		var ws unix.WaitStatus
 		if _, err := unix.Wait4(c.pid, &ws, 0, nil); err != unix.EINTR {
+			c.status = ws
 			return
 		}
 	}
@@ -80,4 +86,20 @@ func (c *child) kill() {
 func (c *child) killAndWait() {
 	c.kill()
 	<-c.exited
+}
+
+// describe says how the child ended, once it has been reaped ("" before).
+func (c *child) describe() string {
+	select {
+	case <-c.exited:
+	default:
+		return ""
+	}
+	switch ws := c.status; {
+	case ws.Signaled():
+		return "killed by signal " + ws.Signal().String()
+	case ws.Exited():
+		return fmt.Sprintf("exit status %d", ws.ExitStatus())
+	}
+	return ""
 }

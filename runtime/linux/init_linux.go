@@ -55,7 +55,10 @@ func Init() {
 		if errors.As(err, &se) {
 			info.Stage, info.Message = se.stage, se.err.Error()
 		}
-		_ = conn.Send(&guest.Message{Type: guest.MsgError, Error: info})
+		if serr := conn.Send(&guest.Message{Type: guest.MsgError, Error: info}); serr != nil {
+			// The host reads stderr's tail when no report came.
+			fmt.Fprintf(os.Stderr, "moat init: %s: %s (reporting it: %v)\n", info.Stage, info.Message, serr)
+		}
 		os.Exit(1)
 	}
 	agent := guest.NewAgent(conn, s)

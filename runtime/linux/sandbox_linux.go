@@ -38,6 +38,7 @@ type linuxSandbox struct {
 	created     time.Time
 
 	initErr *boundedBuffer // the init's own stderr, for diagnostics
+	errDone chan struct{}  // closed when initErr has all of it
 	exited  chan struct{}  // closed when the init has exited
 	readEnd chan struct{}  // closed when the init's socket is closed
 	ready   chan error     // setup outcome, buffered
@@ -65,10 +66,12 @@ func newSandbox(r *Runtime, proc *child, conn *guest.Conn, initErr *os.File, slo
 		readEnd: make(chan struct{}),
 		ready:   make(chan error, 1),
 		waiters: map[uint64]chan *msgWithFDs{},
+		errDone: make(chan struct{}),
 	}
 	go func() {
 		_, _ = io.Copy(sb.initErr, initErr)
 		initErr.Close()
+		close(sb.errDone)
 	}()
 	return sb
 }
@@ -197,6 +200,19 @@ func (s *linuxSandbox) sendFailure(err error) error {
 // agentGone describes an init that went away without saying why.
 func (s *linuxSandbox) agentGone() error {
 	msg := "sandbox init exited"
+	// The init's last words may still be in the pipe; a descendant that
+	// kept the init's stderr could hold it open, so the wait is bounded.
+	select {
+	case <-s.errDone:
+	case <-time.After(200 * time.Millisecond):
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(200 * time.Millisecond):
+	}
+	if how := s.proc.describe(); how != "" {
+		msg += " (" + how + ")"
+	}
 	if tail := bytes.TrimSpace(s.initErr.Bytes()); len(tail) > 0 {
 		msg += ": " + string(tail)
 	}
