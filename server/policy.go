@@ -118,7 +118,7 @@ func (s *Service) loadPolicy(req *api.CreateSandbox, spec *sandbox.Spec) (*sandb
 	if err != nil {
 		return nil, nil, api.Errorf(api.CodeInvalidArgument, "policy: %v", err)
 	}
-	out, rep, err := enforce.Compile(eff, spec, enforce.Options{})
+	out, rep, err := enforce.Compile(eff, spec, enforce.Options{Hide: s.cfg.HidePaths})
 	if err != nil {
 		var de *enforce.DeniedError
 		if errors.As(err, &de) {

@@ -249,3 +249,21 @@ func TestPolicyCreate(t *testing.T) {
 		t.Fatalf("a refused create left a sandbox: %s", r.body)
 	}
 }
+
+// TestHidePaths: the daemon's own directories (Config.HidePaths) are hidden
+// from every sandbox, even inside a workspace the policy lets it read; the
+// sibling control is readable.
+func TestHidePaths(t *testing.T) {
+	ws := t.TempDir()
+	data := filepath.Join(ws, "daemon-data")
+	writePolicy(t, filepath.Join(data, "tokens"), "default secret-token\n")
+	writePolicy(t, filepath.Join(ws, "notes.txt"), "notes\n")
+	h := newHarness(t, func(c *Config) { c.AllowHostPaths = true; c.HidePaths = []string{data} })
+	id := h.create(tokenA, api.CreateSandbox{Workspace: ws})
+	r := h.do("POST", "/v1/sandboxes/"+id+"/exec", tokenA, api.Exec{Args: []string{"sh", "-c", "cat /workspace/notes.txt; cat /workspace/daemon-data/tokens || echo hidden"}})
+	var res sandbox.Result
+	r.decode(t, &res)
+	if res.Stdout != "notes\nhidden\n" || strings.Contains(res.Stdout, "secret-token") {
+		t.Fatalf("exec: %q %q", res.Stdout, res.Stderr)
+	}
+}

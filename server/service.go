@@ -91,6 +91,9 @@ type Config struct {
 	// ApprovalTimeout is how long a call held by an ask rule waits for an
 	// approver before it is denied (default DefaultApprovalTimeout).
 	ApprovalTimeout time.Duration
+	// HidePaths are host paths no sandbox may see, whatever the policy:
+	// the daemon's data directory (tokens, database, audit tape).
+	HidePaths []string
 }
 
 // Caller is who makes a call: the tenant it acts for and the actor (a

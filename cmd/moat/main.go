@@ -93,7 +93,7 @@ Commands:
 func printRootHelp(w io.Writer) {
 	fmt.Fprint(w, rootHelp)
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.short)
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.short)
 	}
 	fmt.Fprint(w, "\nRun 'moat COMMAND --help' for a command's flags and exit codes.\n")
 }

@@ -58,12 +58,23 @@ Limits (--memory, --cpus, --pids, --disk) are enforced by cgroups and the
 size of the sandbox's tmpfs; defaults come from the operator config
 (/etc/moat/config.toml: memory 2 GiB, cpus 2, pids 1024, disk 1 GiB).
 
+Policy: before anything runs, the command is decided by the policy layers
+(managed /etc/moat/policy.toml, the workspace's .moat/policy.toml, your
+~/.config/moat/policy.toml, then --allow/--ask/--deny; only the managed and
+user files can widen, e.g. to the trusted profile). A deny exits 126 with
+the rule and its file:line; an ask asks on the terminal (no terminal or no
+answer within --approval-timeout denies). The policy is also compiled into
+the sandbox: credentials are hidden, .git hooks and config, shell rc and
+policy files are read-only; 'moat policy explain' shows what the kernel
+enforces and what only the policy engine does.
+
 Exit codes: the command's own code; 128+N if a signal N ended it; 137 with
 exit_reason "oom" when the memory limit was hit; 124 on timeout (the whole
 process tree is killed, after a 2 s grace for SIGTERM); 125 if the sandbox
 could not be set up (bad flag, bad path or limit, host lacking a
-protection, command line over 1 MiB); 126 if the command is not
-executable; 127 if it was not found. With --json the same code is the exit
+protection, command line over 1 MiB, a bind the policy refuses); 126 if
+the command is not executable or the policy denied it (exit_reason
+"denied"); 127 if it was not found. With --json the same code is the exit
 status and the JSON's exit_code (a refused request prints a setup_error
 result).
 

@@ -204,12 +204,17 @@ func runServe(ctx context.Context, f *serveFlags, args []string) error {
 	if n := tape.DroppedBytes(); n > 0 {
 		log.Warn("audit tape ended with a partial line (a crash); dropped it", "bytes", n)
 	}
+	absData, err := filepath.Abs(dataDir)
+	if err != nil {
+		return err
+	}
 	svc, err := server.New(server.Config{
 		Runtime: rt, Store: st, Tape: tape, Logger: log,
 		AllowHostPaths: f.allowHostPaths || f.stdio,
 		DefaultTimeout: f.timeout, DefaultIdleTimeout: f.idleTimeout,
 		MaxSandboxes: f.maxSandboxes, MaxPerTenant: f.maxPerTenant,
 		Home: f.home, PolicyManaged: f.policyManaged, PolicyUser: f.policyUser, ApprovalTimeout: f.approvalTimeout,
+		HidePaths: []string{absData},
 	})
 	if err != nil {
 		return err
