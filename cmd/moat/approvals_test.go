@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,25 +12,13 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/api"
-	"github.com/moat-sandbox/moat/sandbox"
 )
 
 // apRun runs `moat approvals ARGS...` and returns its stdout, stderr and
 // exit code as execute would map them.
 func apRun(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
-	var out, errOut bytes.Buffer
-	err := runApprovals(context.Background(), args, sandboxIO{strings.NewReader(""), &out, &errOut})
-	code := 0
-	var ee *exitError
-	switch {
-	case errors.As(err, &ee):
-		code = ee.code
-	case err != nil:
-		errOut.WriteString("moat approvals: " + err.Error() + "\n")
-		code = sandbox.ExitSetupFailed
-	}
-	return out.String(), errOut.String(), code
+	return cliRun("approvals", runApprovals, "", args...)
 }
 
 func TestApprovalsCLI(t *testing.T) {

@@ -56,15 +56,22 @@ func replyEvents(w http.ResponseWriter, events ...api.Event) {
 // exit code as execute would map them.
 func sbRun(t *testing.T, stdin string, args ...string) (string, string, int) {
 	t.Helper()
+	return cliRun("sandbox", runSandbox, stdin, args...)
+}
+
+// cliRun runs one daemon client subcommand (run is runSandbox or
+// runApprovals) in-process and maps its error to stderr and an exit code
+// as execute does.
+func cliRun(name string, run func(context.Context, []string, sandboxIO) error, stdin string, args ...string) (string, string, int) {
 	var out, errOut bytes.Buffer
-	err := runSandbox(context.Background(), args, sandboxIO{strings.NewReader(stdin), &out, &errOut})
+	err := run(context.Background(), args, sandboxIO{strings.NewReader(stdin), &out, &errOut})
 	code := 0
 	var ee *exitError
 	switch {
 	case errors.As(err, &ee):
 		code = ee.code
 	case err != nil:
-		errOut.WriteString("moat sandbox: " + err.Error() + "\n")
+		errOut.WriteString("moat " + name + ": " + err.Error() + "\n")
 		code = sandbox.ExitSetupFailed
 	}
 	return out.String(), errOut.String(), code
