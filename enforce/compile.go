@@ -27,9 +27,6 @@ type Options struct {
 	// MaxRestrict bounds the restrictions (mounts) added (default
 	// DefaultMaxRestrict).
 	MaxRestrict int
-	// HostRoot is the host's "/" to list for the trusted profile's binds
-	// (tests); default "/".
-	HostRoot string
 	// Hide are host paths hidden wherever the sandbox would see them,
 	// whatever the policy says: the control plane's own data directory
 	// (tokens, database, audit tape) when it is not under /var/lib/moat.
@@ -103,9 +100,6 @@ func Compile(eff *policy.Effective, spec *sandbox.Spec, o Options) (*sandbox.Spe
 	if o.MaxRestrict <= 0 {
 		o.MaxRestrict = DefaultMaxRestrict
 	}
-	if o.HostRoot == "" {
-		o.HostRoot = "/"
-	}
 	for _, b := range spec.Binds {
 		req, what := policy.ReadPath(b.Source), "--ro "+b.Source
 		if b.Writable {
@@ -133,10 +127,8 @@ func Compile(eff *policy.Effective, spec *sandbox.Spec, o Options) (*sandbox.Spe
 	if len(c.roots.NetAllow) > 0 && !c.roots.NetEnforced {
 		c.note("network allowlist %s recorded; there is no egress proxy yet, so the sandbox has no network", strings.Join(c.roots.NetAllow, ", "))
 	}
-	for _, w := range eff.Warnings() {
-		if strings.HasPrefix(w, "Exec rules judge") {
-			c.note("Exec rules are checked on the commands moat runs, not on what those run in turn")
-		}
+	if hasExecLimits(eff) {
+		c.note("Exec rules are checked on the commands moat runs, not on what those run in turn")
 	}
 	sort.SliceStable(out.Restrict, func(i, j int) bool {
 		a, b := out.Restrict[i].Path, out.Restrict[j].Path
@@ -211,4 +203,16 @@ func (c *compiler) hideAlways(h string) {
 			c.add(t.Target, sandbox.Hide)
 		}
 	}
+}
+
+// hasExecLimits says whether any layer has a deny or ask Exec rule.
+func hasExecLimits(eff *policy.Effective) bool {
+	for _, f := range eff.Files() {
+		for _, r := range f.Rules {
+			if r.Kind == policy.Exec && r.Effect != policy.Allow {
+				return true
+			}
+		}
+	}
+	return false
 }

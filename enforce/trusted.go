@@ -43,12 +43,12 @@ func (c *compiler) trustedBinds() {
 		c.rep.Binds = append(c.rep.Binds, b)
 	}
 	var dirs []string
-	for _, name := range listDirs(c.o.HostRoot) {
+	for _, name := range listDirs("/") {
 		p := "/" + name
 		switch {
 		case slices.Contains(systemTrees, p), slices.Contains(policy.HostRuntimeDirs, p), slices.Contains(notShown, p):
 		case p == "/home":
-			for _, u := range listDirs(path.Join(c.o.HostRoot, "home")) {
+			for _, u := range listDirs("/home") {
 				if u != "sandbox" {
 					dirs = append(dirs, path.Join(p, u))
 				}

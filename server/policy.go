@@ -317,3 +317,22 @@ func withVerdicts(ev *audit.Event, vs []verdict) {
 	res["policy"] = vs
 	ev.Result = mustJSON(res)
 }
+
+// useJudged is use for a process call (exec or start): it parses the
+// call's own rules, takes the sandbox and has the policy decide the argv
+// (waiting for an approval if asked). On error nothing is held.
+func (s *Service) useJudged(ctx context.Context, c Caller, in *input, req *api.Exec, op string, st *eventSink) (*managed, func(), error) {
+	call, err := parseRules(req.Policy, "exec")
+	if err != nil {
+		return nil, nil, err
+	}
+	m, done, err := s.use(c, req.Sandbox)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := s.judge(ctx, c, m, &in.verdicts, op, policy.ExecArgv(req.Args...), call, st); err != nil {
+		done()
+		return nil, nil, err
+	}
+	return m, done, nil
+}

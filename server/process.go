@@ -17,7 +17,6 @@ import (
 	"github.com/moat-sandbox/moat/api"
 	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/output"
-	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/sandbox"
 	"github.com/moat-sandbox/moat/store"
 )
@@ -160,24 +159,17 @@ func (s *Service) exec(ctx context.Context, c Caller, in *input) (any, error) {
 	} else if req.Stdin != "" {
 		p.Stdin = strings.NewReader(req.Stdin)
 	}
-	call, err := parseRules(req.Policy, "exec")
-	if err != nil {
-		return nil, err
-	}
-	m, done, err := s.use(c, req.Sandbox)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
 	var st *eventSink
 	if req.Stream && in.emit != nil {
 		st = &eventSink{emit: in.emit}
 	}
 	// The decision (and an approval's wait) comes before the sandbox is
 	// marked busy: a call waiting for an approver holds no other exec.
-	if err := s.judge(ctx, c, m, &in.verdicts, api.OpExec, policy.ExecArgv(req.Args...), call, st); err != nil {
+	m, done, err := s.useJudged(ctx, c, in, req, api.OpExec, st)
+	if err != nil {
 		return nil, err
 	}
+	defer done()
 	if !req.Concurrent {
 		m.mu.Lock()
 		busy := m.busy
@@ -272,18 +264,11 @@ func (s *Service) start(ctx context.Context, c Caller, in *input) (any, error) {
 	if req.Stdin != "" || len(req.StdinBase64) > 0 {
 		return nil, api.Errorf(api.CodeInvalidArgument, "a background process takes its input through process.stdin")
 	}
-	call, err := parseRules(req.Policy, "exec")
-	if err != nil {
-		return nil, err
-	}
-	m, done, err := s.use(c, req.Sandbox)
+	m, done, err := s.useJudged(ctx, c, in, req, api.OpStart, nil)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	if err := s.judge(ctx, c, m, &in.verdicts, api.OpStart, policy.ExecArgv(req.Args...), call, nil); err != nil {
-		return nil, err
-	}
 	keep := s.cfg.OutputBuffer
 	if req.OutputLimit > 0 {
 		keep = min(req.OutputLimit, 4*s.cfg.OutputBuffer)
