@@ -53,6 +53,27 @@ type CreateSandbox struct {
 	// daemon's policy files: they can only narrow (deny, ask, the profile
 	// "untrusted"); their allow rules grant nothing.
 	Policy *policy.CallRules `json:"policy,omitempty"`
+	// Network is the sandbox's network; absent means mode none (loopback
+	// only).
+	Network *Network `json:"network,omitempty"`
+}
+
+// Network is a sandbox's network.
+type Network struct {
+	// Mode is "none" (default: loopback only), "proxy" (moat's egress
+	// proxy at 127.0.0.1:3128 inside the sandbox is the only way out) or
+	// "open" (the host's network; only where the managed policy sets
+	// open_network = true).
+	Mode string `json:"mode,omitempty"`
+	// AllowDomains admits destinations through the egress proxy (mode
+	// proxy): names ("pypi.org") and subdomain wildcards
+	// ("*.github.com", which does not match github.com itself). Raw IP
+	// addresses and CIDR ranges are admitted only by the daemon's policy
+	// files (allow Net(cidr:...)), never by a caller.
+	AllowDomains []string `json:"allow_domains,omitempty"`
+	// DenyDomains refuses destinations even where an allowlist admits
+	// them (names, wildcards, IP addresses or CIDR ranges).
+	DenyDomains []string `json:"deny_domains,omitempty"`
 }
 
 // SandboxPolicy is what the policy made of a sandbox at its create.
@@ -95,6 +116,8 @@ type Sandbox struct {
 	Enforcement *sandbox.Enforcement `json:"enforcement,omitempty"`
 	// Policy is what the policy made of the sandbox (running sandboxes).
 	Policy *SandboxPolicy `json:"policy,omitempty"`
+	// Network is the sandbox's network as created.
+	Network *Network `json:"network,omitempty"`
 }
 
 // SandboxRef names a sandbox (sandbox.get, sandbox.delete).

@@ -8,7 +8,8 @@
 #
 # Installs the peers it needs from Debian when missing, builds moat from
 # this checkout, runs bench/startup (results in bench/results/) and prints
-# the markdown report, then bench/syscall and bench/controlplane (the
+# the markdown report, then bench/syscall, bench/policy, bench/netproxy
+# and bench/controlplane (the
 # daemon: time to interactive, exec round trip, soak; its flags come from
 # $CONTROLPLANE_ARGS). Run it as root: moat's runtime needs root, and so
 # does apt-get. Exits non-zero when a system had a failed run.
@@ -80,6 +81,12 @@ rm -f bench/results/policy.json bench/results/policy.md
 CGO_ENABLED=0 go run ./bench/policy \
 	--json bench/results/policy.json \
 	--markdown bench/results/policy.md >/dev/null || status=$?
+
+log "running bench/netproxy (egress proxy throughput and connect latency, against direct)"
+rm -f bench/results/netproxy.json bench/results/netproxy.md
+CGO_ENABLED=0 go run ./bench/netproxy --moat bin/moat \
+	--json bench/results/netproxy.json \
+	--markdown bench/results/netproxy.md >/dev/null || status=$?
 
 if [[ ${CONTROLPLANE_ARGS:-} != skip ]]; then
 	log "running bench/controlplane ${CONTROLPLANE_ARGS:-} (moat serve: time to interactive, exec round trip, soak)"

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -33,6 +34,9 @@ type Defaults struct {
 	KillGrace time.Duration
 	// OutputLimit caps each captured stream, in bytes.
 	OutputLimit int
+	// DNSServer is the "host:port" of the DNS server the egress proxy
+	// asks; "" means the host's resolver (/etc/hosts, /etc/resolv.conf).
+	DNSServer string
 	// Source is the file the values came from ("" for built-ins).
 	Source string
 }
@@ -61,7 +65,13 @@ func BuiltIn() Defaults {
 //	timeout = "0s"        # Go duration; "0s" = none
 //	kill_grace = "2s"
 //	output_limit = "2000000"
+//
+//	[network]
+//	dns_server = "127.0.0.1:53"  # the egress proxy's resolver; default: the host's
 type file struct {
+	Network struct {
+		DNSServer *string `toml:"dns_server"`
+	} `toml:"network"`
 	Limits struct {
 		Memory      *string  `toml:"memory"`
 		CPUs        *float64 `toml:"cpus"`
@@ -118,6 +128,12 @@ func Parse(name string, b []byte) (Defaults, error) {
 			return d, fmt.Errorf("%w: %s:%d:%d: %s", ErrInvalid, name, row, col, de.Error())
 		}
 		return d, fmt.Errorf("%w: %s: %v", ErrInvalid, name, err)
+	}
+	if s := f.Network.DNSServer; s != nil {
+		if _, err := netip.ParseAddrPort(*s); err != nil && *s != "" {
+			return d, fmt.Errorf("%w: %s: network.dns_server: want IP:PORT (e.g. 127.0.0.1:53), got %q", ErrInvalid, name, *s)
+		}
+		d.DNSServer = *s
 	}
 	l := f.Limits
 	bad := func(key string, err error) error {

@@ -124,9 +124,6 @@ func Compile(eff *policy.Effective, spec *sandbox.Spec, o Options) (*sandbox.Spe
 		c.hideAlways(path.Clean(h))
 	}
 	c.restrict()
-	if len(c.roots.NetAllow) > 0 && !c.roots.NetEnforced {
-		c.note("network allowlist %s recorded; there is no egress proxy yet, so the sandbox has no network", strings.Join(c.roots.NetAllow, ", "))
-	}
 	if hasExecLimits(eff) {
 		c.note("Exec rules are checked on the commands moat runs, not on what those run in turn")
 	}

@@ -120,6 +120,9 @@ type Setup struct {
 	// trees of Mounts are in place (sandbox.Spec.Restrict, validated by
 	// the host).
 	Restrict []Restriction `json:"restrict,omitempty"`
+	// SharedNet: the sandbox shares the host's network namespace (mode
+	// open), so the init leaves its interfaces alone.
+	SharedNet bool `json:"shared_net,omitempty"`
 }
 
 // Restriction modes (sandbox.RestrictMode on the wire).

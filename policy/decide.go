@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"net/netip"
 	"path"
 	"strings"
 )
@@ -359,11 +360,6 @@ func (e *Effective) decideNet(r Request) Decision {
 		return e.invalid(r, "%v", err)
 	}
 	what := "Net " + host
-	if e.profile == Untrusted {
-		return Decision{Request: r, Effect: Deny, Host: host,
-			Rule:   builtin(Deny, "profile untrusted: no network"),
-			Reason: "denied: " + what + ": the untrusted profile has no network (and the egress proxy that would carry an allowlist does not exist yet)"}
-	}
 	granted := false
 	for _, g := range e.ngrants {
 		if g.r.net.grants(host, ip) {
@@ -372,12 +368,12 @@ func (e *Effective) decideNet(r Request) Decision {
 		}
 	}
 	if !granted {
-		why := "it is not on the network allowlist (allow Net rules of the policy files)"
+		why := "it is not on the network allowlist (the sandbox's allowlist and the allow Net rules of the managed and user policy files)"
 		if ip {
 			why = "a raw IP address is on the allowlist only if an allow Net rule names it"
 		}
 		return Decision{Request: r, Effect: Deny, Host: host,
-			Rule:   builtin(Deny, "profile trusted: not on the network allowlist"),
+			Rule:   builtin(Deny, "not on the network allowlist"),
 			Reason: "denied: " + what + ": " + why}
 	}
 	var v verdict
@@ -387,9 +383,43 @@ func (e *Effective) decideNet(r Request) Decision {
 			v.add(b)
 		}
 	}
-	d := Decision{Request: r, Effect: v.eff, Rule: v.rule, Host: host, Reason: ruleReason(v.eff, what, v.rule)}
-	if d.Effect == Allow {
-		d.Reason += "; note: the egress proxy that enforces the allowlist does not exist yet, so the sandbox has no network route"
-	}
-	return d
+	return Decision{Request: r, Effect: v.eff, Rule: v.rule, Host: host, Reason: ruleReason(v.eff, what, v.rule)}
 }
+
+// DecideAddr judges an address the egress proxy is about to dial (an
+// answer of its DNS lookup, or a raw IP destination already allowed by
+// Decide). special says it is internal (loopback, private, link-local,
+// metadata, the host's own...): such an address is allowed only by an
+// allow cidr: rule of the allowlist covering it. An address covered by a
+// deny cidr: rule is refused; one covered by an ask cidr: rule (and no
+// deny) is Ask: the caller decides whether it can be asked (a raw IP
+// destination already approved by Decide) or must be refused (an answer
+// of a name's lookup). The result is Allow, Ask or Deny.
+func (e *Effective) DecideAddr(a netip.Addr, special bool) Decision {
+	a = a.Unmap()
+	r := Request{Kind: Net, Host: a.String()}
+	var v verdict
+	for _, b := range e.rules[Net] {
+		if b.r.Effect != Allow && b.r.net.containsAddr(a) {
+			v.add(b)
+		}
+	}
+	if v.rule != nil {
+		return Decision{Request: r, Effect: v.eff, Rule: v.rule, Host: r.Host, Reason: ruleReason(v.eff, "address "+r.Host, v.rule)}
+	}
+	if !special {
+		return Decision{Request: r, Effect: Allow, Rule: e.def, Host: r.Host, Reason: "allowed: address " + r.Host + " is public"}
+	}
+	for _, g := range e.ngrants {
+		if g.r.net.containsAddr(a) {
+			return Decision{Request: r, Effect: Allow, Rule: g.r, Host: r.Host, Reason: ruleReason(Allow, "address "+r.Host, g.r)}
+		}
+	}
+	return Decision{Request: r, Effect: Deny, Host: r.Host,
+		Rule:   builtin(Deny, "internal address"),
+		Reason: "denied: address " + r.Host + " is internal (loopback, private, link-local, metadata or the host's own); only an allow cidr: entry naming it admits it"}
+}
+
+// OpenNetwork reports whether the operator's managed policy file permits
+// network mode open (open_network = true).
+func (e *Effective) OpenNetwork() bool { return e.openNet }

@@ -73,7 +73,7 @@ func TestUntrustedDefaults(t *testing.T) {
 		{WritePath("/ws/.moat/notes"), Allow, "default", ""},
 		{WritePath("/ws"), Deny, "policy files", ""},
 		{WritePath("/ws/"), Deny, "policy files", ""},
-		{NetHost("github.com"), Deny, "profile untrusted: no network", "egress proxy"},
+		{NetHost("github.com"), Deny, "not on the network allowlist", ""},
 		{ExecShell("git status"), Allow, "profile untrusted: default", ""},
 		{ExecArgv("ls", "-l"), Allow, "default", ""},
 		{ReadPath(""), Deny, "invalid request", "empty path"},
@@ -136,16 +136,16 @@ func TestTrusted(t *testing.T) {
 		{WritePath("/ws/x.log"), Allow, "allow Write(*.log)", ""},
 		{WritePath("/opt/x"), Deny, "profile trusted: writes only", ""},
 		{ReadPath("/tmp"), Deny, "/tmp", ""},
-		{NetHost("api.github.com:443"), Allow, "allow Net(domain:*.github.com)", "egress proxy"},
+		{NetHost("api.github.com:443"), Allow, "allow Net(domain:*.github.com)", ""},
 		{NetHost("API.GitHub.com."), Allow, "allow Net(domain:*.github.com)", ""},
-		{NetHost("github.com"), Deny, "profile trusted: not on the network allowlist", ""},
+		{NetHost("github.com"), Deny, "not on the network allowlist", ""},
 		{NetHost("evil.github.com"), Deny, "deny Net(domain:evil.github.com)", ""},
 		{NetHost("pypi.org"), Allow, "pypi.org", ""},
 		{NetHost("example.com"), Deny, "not on the network allowlist", ""},
 		{NetHost("140.82.112.3"), Deny, "not on the network allowlist", "raw IP"},
 	})
 	w := strings.Join(e.Warnings(), "\n")
-	for _, s := range []string{"allow Write(*.log)", "per-call rules cannot add to the network allowlist", "per-call rules cannot add writable roots", "egress proxy"} {
+	for _, s := range []string{"allow Write(*.log)", "per-call rules cannot add to the network allowlist", "per-call rules cannot add writable roots"} {
 		if !strings.Contains(w, s) {
 			t.Errorf("warnings lack %q:\n%s", s, w)
 		}
@@ -228,7 +228,7 @@ func TestProjectCannotGrant(t *testing.T) {
 	proj := mustCompile(t, tctx, user, layerFile(t, Project, "", rules, nil, nil))
 	checkDecisions(t, proj, []dcase{
 		{WritePath("~/.cache/x"), Deny, "profile trusted: writes only", ""},
-		{NetHost("example.com"), Deny, "profile trusted: not on the network allowlist", ""},
+		{NetHost("example.com"), Deny, "not on the network allowlist", ""},
 	})
 	if r := proj.Roots(); len(r.Writable) != 1 || len(r.NetAllow) != 0 {
 		t.Errorf("roots %+v", r)

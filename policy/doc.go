@@ -96,17 +96,26 @@
 //   - untrusted: Read only under the workspace and the system directories
 //     SystemReadDirs (/usr, /bin, /sbin, /lib, /lib32, /lib64, /libx32,
 //     /etc — the runtime shows a filtered /etc; /opt is not included);
-//     Write only under the workspace; no network (there is no egress proxy
-//     yet: every Net request is denied, and the reason says so).
+//     Write only under the workspace.
 //   - trusted: Read anywhere except HostRuntimeDirs (/proc, /sys, /dev,
 //     /run, /var/run, /tmp, /var/tmp: the sandbox gets its own) unless they
 //     lie inside the workspace or a writable root; Write under the
 //     workspace and under the targets of allow Write rules of the managed
 //     and user files (not of project or per-call rules, and not base-name
-//     patterns, which grant nothing outside the workspace); Net only to
-//     hosts that an allow Net rule of the managed or user file names. That allowlist is recorded for the
-//     egress proxy, which does not exist yet: an allowed Net decision says
-//     so, and the sandbox has no network route.
+//     patterns, which grant nothing outside the workspace).
+//
+// Network (both profiles): a Net request is allowed only for a host on the
+// allowlist — allow Net rules of the managed and user files, and the
+// caller's own list (Context.NetAllow: moat run --allow-domain, a create's
+// allow_domains) — and then deny > ask > allow across every layer, the
+// project's and per-call deny and ask rules included. domain:*.NAME
+// matches subdomains, not NAME itself; domain:* admits no raw IP address;
+// cidr:PREFIX matches IP destinations. The egress proxy (package netproxy)
+// asks Decide for every connection and request, and DecideAddr for every
+// address it is about to dial: an internal address (loopback, private,
+// link-local, metadata, the host's own) needs an allow cidr: entry (or an
+// entry naming that IP). Only the managed file can permit network mode
+// open (open_network = true); see OpenNetwork.
 //
 // In both profiles, built-in lists apply before any rule:
 //

@@ -25,6 +25,37 @@ type Context struct {
 	// apply to what lies in them.
 	ReadRoots  []string `json:"read_roots,omitempty"`
 	WriteRoots []string `json:"write_roots,omitempty"`
+	// NetAllow is the caller's own network allowlist (moat run
+	// --allow-domain, a create's allow_domains): "example.com",
+	// "*.example.com", "*", an IP address, or a CIDR prefix
+	// ("10.0.0.0/8"); "domain:" and "cidr:" prefixes are accepted. Each
+	// entry admits destinations like an allow Net rule of the user's file;
+	// deny and ask rules of every layer still apply.
+	NetAllow []string `json:"net_allow,omitempty"`
+}
+
+// callerAllowlist is the File name of the rules made from Context.NetAllow.
+const callerAllowlist = "allowlist"
+
+// NetAllowRule parses one entry of a network allowlist (Context.NetAllow,
+// moat run --allow-domain, --deny-domain) into the text of a Net rule:
+// "*.github.com" → "Net(domain:*.github.com)", "10.0.0.0/8" →
+// "Net(cidr:10.0.0.0/8)".
+func NetAllowRule(entry string) (string, error) {
+	e := strings.TrimSpace(entry)
+	switch {
+	case e == "":
+		return "", errors.New("empty network entry")
+	case strings.HasPrefix(e, "domain:") || strings.HasPrefix(e, "cidr:"):
+	case strings.Contains(e, "/"):
+		e = "cidr:" + e
+	default:
+		e = "domain:" + e
+	}
+	if _, err := parseNetPattern(e); err != nil {
+		return "", fmt.Errorf("%q: %v", entry, err)
+	}
+	return "Net(" + e + ")", nil
 }
 
 // Effective is the compiled policy of all layers for one Context. It is
@@ -42,6 +73,7 @@ type Effective struct {
 	def      *Rule // the profile's default rule
 	warnings []string
 	order    int
+	openNet  bool // the managed file permits network mode open
 }
 
 // bound is a rule compiled against the context.
@@ -142,6 +174,11 @@ func (c Context) check() (Context, error) {
 			*f.p = r
 		}
 	}
+	for _, n := range c.NetAllow {
+		if _, err := NetAllowRule(n); err != nil {
+			return c, fmt.Errorf("policy: network allowlist: %w", err)
+		}
+	}
 	for _, roots := range []*[]string{&c.ReadRoots, &c.WriteRoots} {
 		out := make([]string, 0, len(*roots))
 		for _, p := range *roots {
@@ -210,6 +247,18 @@ func compile(c Context, srcs []string, files []*File) (*Effective, error) {
 		}
 		e.add(f)
 	}
+	for i, n := range c.NetAllow {
+		text, _ := NetAllowRule(n) // checked by c.check
+		r, err := ParseRule(Allow, text)
+		if err != nil {
+			return nil, err
+		}
+		r.Layer, r.File, r.Index, r.seq = Call, callerAllowlist, i, i
+		b := &bound{r: r, order: e.order}
+		e.order++
+		e.rules[Net] = append(e.rules[Net], b)
+		e.ngrants = append(e.ngrants, b)
+	}
 	e.finish()
 	return e, nil
 }
@@ -246,6 +295,9 @@ func (e *Effective) protect(p string) {
 
 func (e *Effective) add(f *File) {
 	e.files = append(e.files, f)
+	if f.OpenNetwork && f.Layer == Managed {
+		e.openNet = true
+	}
 	// A project or per-call layer can only narrow: only its "untrusted"
 	// counts.
 	if f.Profile != "" && stricter(f.Profile, e.profile) && (grants(f.Layer) || f.Profile == Untrusted) {
@@ -400,18 +452,11 @@ func (e *Effective) computeWarnings() []string {
 	}
 	for _, b := range e.rules[Net] {
 		r := b.r
-		if r.Effect == Allow && r.Layer == Call {
-			w = append(w, fmt.Sprintf("%s (%s): per-call rules cannot add to the network allowlist", r, r.Source()))
+		if r.Effect == Allow && r.Layer == Call && r.File != callerAllowlist {
+			w = append(w, fmt.Sprintf("%s (%s): per-call rules cannot add to the network allowlist (give the sandbox an allowlist: moat run --allow-domain, a create's allow_domains)", r, r.Source()))
 		}
 		if r.Effect == Allow && r.Layer == Project {
 			w = append(w, fmt.Sprintf("%s (%s): the project layer cannot add to the network allowlist", r, r.Source()))
-		}
-	}
-	if len(e.ngrants) > 0 {
-		if e.profile == Untrusted {
-			w = append(w, "allow Net rules are ignored: the untrusted profile has no network")
-		} else {
-			w = append(w, "the network allowlist is recorded, but the egress proxy that will enforce it does not exist yet: sandboxes have no network")
 		}
 	}
 	for _, b := range e.rules[Write] {

@@ -99,11 +99,10 @@ type Roots struct {
 	// sandbox from creating them.
 	ReadOnly []PathEntry `json:"read_only"`
 	// NetAllow is the network allowlist ("github.com", "*.github.com",
-	// "*"; IP addresses only when named); empty in the untrusted profile.
+	// "*", "cidr:10.0.0.0/8"; IP addresses only when named): the
+	// caller's and the managed and user files'. The egress proxy enforces
+	// it for a sandbox in network mode proxy.
 	NetAllow []string `json:"net_allow"`
-	// NetEnforced is false while no egress proxy exists: the sandbox then
-	// has no network at all, allowlist or not.
-	NetEnforced bool `json:"net_enforced"`
 }
 
 func entryOf(a *absPattern, eff Effect, src string) PathEntry {
@@ -150,9 +149,9 @@ func (e *Effective) Roots() Roots {
 			ro.Writable = append(ro.Writable, entryOf(g.p, Allow, ruleSource(g.r)))
 			roots = append(roots, g.p.prefix)
 		}
-		for _, g := range e.ngrants {
-			ro.NetAllow = append(ro.NetAllow, g.r.net.String())
-		}
+	}
+	for _, g := range e.ngrants {
+		ro.NetAllow = append(ro.NetAllow, g.r.net.String())
 	}
 	for _, n := range e.bi.never {
 		ro.DenyRead = append(ro.DenyRead, entryOf(n.p, Deny, "builtin: credentials and host secrets"))

@@ -43,7 +43,10 @@ type File struct {
 	Path    string  `json:"path,omitempty"` // absolute path it was read from; "" otherwise
 	Version int     `json:"version,omitempty"`
 	Profile Profile `json:"profile,omitempty"` // "" when the layer declares none
-	Rules   []*Rule `json:"rules"`             // in file order
+	// OpenNetwork (key open_network) permits network mode open: the
+	// sandbox shares the host's network. Only the managed file's counts.
+	OpenNetwork bool    `json:"open_network,omitempty"`
+	Rules       []*Rule `json:"rules"` // in file order
 }
 
 // ParseError is one problem in a policy file or in per-call rules.
@@ -153,7 +156,7 @@ func Parse(layer Layer, name string, data []byte) (*File, error) {
 		switch e.Kind {
 		case unstable.Table, unstable.ArrayTable:
 			key, off := nodeKey(e)
-			add(off, "", "unknown table [%s]: a policy file has only the keys version, profile, allow, ask and deny", key)
+			add(off, "", "unknown table [%s]: a policy file has only the keys version, profile, open_network, allow, ask and deny", key)
 			inTable = true
 		case unstable.KeyValue:
 			if inTable {
@@ -200,6 +203,12 @@ func Parse(layer Layer, name string, data []byte) (*File, error) {
 				default:
 					add(voff, key, `unknown profile %q (want "untrusted" or "trusted")`, s)
 				}
+			case "open_network":
+				if v.Kind != unstable.Bool {
+					add(voff, key, "must be true or false")
+					continue
+				}
+				f.OpenNetwork = string(v.Data) == "true"
 			case "allow", "ask", "deny":
 				if v.Kind != unstable.Array {
 					add(voff, key, `must be an array of rule strings, e.g. %s = ["Exec(npm run *)"]`, key)
@@ -229,7 +238,7 @@ func Parse(layer Layer, name string, data []byte) (*File, error) {
 					idx++
 				}
 			default:
-				add(off, "", "unknown key %q (a policy file has only version, profile, allow, ask and deny)", key)
+				add(off, "", "unknown key %q (a policy file has only version, profile, open_network, allow, ask and deny)", key)
 			}
 		}
 	}

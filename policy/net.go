@@ -8,19 +8,27 @@ import (
 	"strings"
 )
 
-// netPattern is a compiled Net pattern: domain:NAME, domain:*.NAME or
-// domain:*.
+// netPattern is a compiled Net pattern: domain:NAME, domain:*.NAME,
+// domain:* or cidr:PREFIX.
 type netPattern struct {
-	any    bool   // domain:*
-	suffix string // ".github.com" for domain:*.github.com
-	exact  string // "github.com", or a canonical IP address
-	ip     bool   // exact is an IP address
+	any    bool         // domain:*
+	suffix string       // ".github.com" for domain:*.github.com
+	exact  string       // "github.com", or a canonical IP address
+	ip     bool         // exact is an IP address
+	cidr   netip.Prefix // cidr:10.0.0.0/8 (valid only for a cidr pattern)
 }
 
 func parseNetPattern(p string) (*netPattern, error) {
 	const pre = "domain:"
+	if rest, ok := strings.CutPrefix(p, "cidr:"); ok {
+		pf, err := parseCIDR(strings.TrimSpace(rest))
+		if err != nil {
+			return nil, err
+		}
+		return &netPattern{cidr: pf}, nil
+	}
 	if !strings.HasPrefix(p, pre) {
-		return nil, errors.New("want domain:NAME, domain:*.NAME or domain:*")
+		return nil, errors.New("want domain:NAME, domain:*.NAME, domain:* or cidr:PREFIX")
 	}
 	name := strings.TrimSpace(p[len(pre):])
 	if name == "*" {
@@ -53,10 +61,51 @@ func parseNetPattern(p string) (*netPattern, error) {
 	return &netPattern{exact: h, ip: ip}, nil
 }
 
+// parseCIDR reads "10.0.0.0/8", "fd00::/8" or a single address
+// ("127.0.0.1" is 127.0.0.1/32). Host bits must be zero; IPv4-mapped IPv6
+// prefixes are refused (write the IPv4 form).
+func parseCIDR(s string) (netip.Prefix, error) {
+	if !strings.Contains(s, "/") {
+		a, err := netip.ParseAddr(s)
+		if err != nil || a.Zone() != "" {
+			return netip.Prefix{}, fmt.Errorf("bad cidr %q: want an address or ADDRESS/BITS", s)
+		}
+		a = a.Unmap()
+		return netip.PrefixFrom(a, a.BitLen()), nil
+	}
+	pf, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("bad cidr %q: want ADDRESS/BITS, e.g. 10.0.0.0/8", s)
+	}
+	if pf.Addr().Is4In6() {
+		return netip.Prefix{}, fmt.Errorf("bad cidr %q: write IPv4 prefixes in IPv4 form", s)
+	}
+	if pf.Masked() != pf {
+		return netip.Prefix{}, fmt.Errorf("bad cidr %q: host bits are set (did you mean %s?)", s, pf.Masked())
+	}
+	return pf, nil
+}
+
+// containsAddr reports whether a cidr pattern covers a, or an IP pattern
+// (domain:10.0.0.5) names it.
+func (p *netPattern) containsAddr(a netip.Addr) bool {
+	if p.ip {
+		return p.exact == a.Unmap().String()
+	}
+	return p.cidr.IsValid() && p.cidr.Contains(a.Unmap())
+}
+
 // match reports whether the normalized host matches. Raw IP addresses are
-// matched by domain:* and by a rule naming that address.
+// matched by domain:*, by a rule naming that address and by a cidr rule
+// covering it; a cidr rule matches no name.
 func (p *netPattern) match(host string, ip bool) bool {
 	switch {
+	case p.cidr.IsValid():
+		if !ip {
+			return false
+		}
+		a, err := netip.ParseAddr(host)
+		return err == nil && p.containsAddr(a)
 	case p.any:
 		return true
 	case p.suffix != "":
@@ -77,6 +126,8 @@ func (p *netPattern) grants(host string, ip bool) bool {
 
 func (p *netPattern) String() string {
 	switch {
+	case p.cidr.IsValid():
+		return "cidr:" + p.cidr.String()
 	case p.any:
 		return "*"
 	case p.suffix != "":

@@ -31,6 +31,9 @@ type Spec struct {
 	// process of the sandbox runs; the outcome is reported in
 	// Enforcement.Restricted and Enforcement.RestrictSkipped.
 	Restrict []Restriction `json:"restrict,omitempty"`
+	// Network is none (loopback only, the default), proxy (the egress
+	// proxy is the only way out) or open.
+	Network Network `json:"network"`
 }
 
 // RestrictMode says how a Restriction narrows its path.

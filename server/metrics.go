@@ -22,6 +22,7 @@ type serverMetrics struct {
 	slowWrites  *metrics.CounterVec
 	auditErrors *metrics.CounterVec
 	decisions   *metrics.CounterVec
+	proxy       *metrics.CounterVec
 }
 
 func newMetrics(s *Service) *serverMetrics {
@@ -45,6 +46,7 @@ func newMetrics(s *Service) *serverMetrics {
 		slowWrites:  r.NewCounter("moat_slow_writes_total", "Store and audit writes slower than 250 ms.", "what"),
 		auditErrors: r.NewCounter("moat_audit_errors_total", "Audit events that could not be written."),
 		decisions:   r.NewCounter("moat_policy_decisions_total", "Policy decisions on calls (exec, start, file operations on host paths), by the policy's effect: allow, ask, deny.", "effect"),
+		proxy:       r.NewCounter("moat_proxy_events_total", "Egress proxy events: kind dns (a resolution), connect (a decision on a connection or request), close (a finished one); decision allow, deny or empty.", "kind", "decision"),
 	}
 }
 

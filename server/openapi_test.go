@@ -445,7 +445,7 @@ func TestOpenAPIConformance(t *testing.T) {
 	// Sandboxes.
 	var sb api.Sandbox
 	rn.call(oaCall{op: api.OpSandboxCreate, body: api.CreateSandbox{Hostname: "oa", Labels: map[string]string{"suite": "openapi"},
-		TimeoutMs: 600_000, IdleTimeoutMs: 600_000}, check: func(t *testing.T, r reply) { r.decode(t, &sb) }})
+		TimeoutMs: 600_000, IdleTimeoutMs: 600_000, Network: &api.Network{Mode: "proxy", AllowDomains: []string{"example.com"}, DenyDomains: []string{"bad.example.com"}}}, check: func(t *testing.T, r reply) { r.decode(t, &sb) }})
 	if sb.ID == "" {
 		t.Fatal("no sandbox")
 	}

@@ -84,7 +84,10 @@ func parseRules(c *policy.CallRules, name string) (*policy.File, error) {
 // compiles it into spec. An invalid policy file fails the create: 400 when
 // it is the workspace's own (the caller's), 500 when it is the daemon's
 // (managed or user file); it never means "no policy".
-func (s *Service) loadPolicy(req *api.CreateSandbox, spec *sandbox.Spec) (*sandboxPolicy, *sandbox.Spec, error) {
+//
+// netDeny are deny rules from the create's network.deny_domains; its
+// allow_domains become the policy's caller allowlist.
+func (s *Service) loadPolicy(req *api.CreateSandbox, spec *sandbox.Spec, netDeny []string) (*sandboxPolicy, *sandbox.Spec, error) {
 	if spec.Workspace != "" && !path.IsAbs(spec.Workspace) {
 		return nil, nil, api.Errorf(api.CodeInvalidArgument, "workspace %q is not an absolute path", spec.Workspace)
 	}
@@ -93,11 +96,23 @@ func (s *Service) loadPolicy(req *api.CreateSandbox, spec *sandbox.Spec) (*sandb
 			return nil, nil, api.Errorf(api.CodeInvalidArgument, "bind source %q is not an absolute path", b.Source)
 		}
 	}
-	rules, err := parseRules(req.Policy, "sandbox")
+	callRules := req.Policy
+	if len(netDeny) > 0 {
+		c := policy.CallRules{}
+		if callRules != nil {
+			c = *callRules
+		}
+		c.Deny = append(append([]string(nil), c.Deny...), netDeny...)
+		callRules = &c
+	}
+	rules, err := parseRules(callRules, "sandbox")
 	if err != nil {
 		return nil, nil, err
 	}
 	pc := enforce.Context(spec, s.cfg.Home)
+	if req.Network != nil {
+		pc.NetAllow = req.Network.AllowDomains
+	}
 	src := policy.Sources{Managed: s.cfg.PolicyManaged, User: s.cfg.PolicyUser}
 	if spec.Workspace != "" {
 		src.Project = path.Join(path.Clean(spec.Workspace), policy.ProjectPath)
@@ -202,15 +217,44 @@ func (s *Service) judge(ctx context.Context, c Caller, m *managed, vs *[]verdict
 		*vs = append(*vs, v)
 		return deniedError(d, d.Reason, "")
 	}
-	ap, granted := s.approvals.open(c, m, op, d, v.Request)
+	info, granted := s.askApproval(ctx, c, m, op, d, v.Request, ruleWithSource(v.Rule, v.Source), st)
 	if granted {
 		v.Effect, v.Granted = audit.DecisionAllow, true
 		*vs = append(*vs, v)
 		return nil
 	}
-	v.Approval = ap.info.ID
+	v.Approval = info.ID
+	switch info.State {
+	case api.ApprovalAllowed:
+		v.Effect = audit.DecisionAllow
+		*vs = append(*vs, v)
+		return nil
+	case api.ApprovalWithdrawn:
+		v.Effect = audit.DecisionDeny
+		*vs = append(*vs, v)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		return api.Errorf(api.CodeNotRunning, "sandbox %s ended while the call waited for approval %s", m.info.ID, info.ID)
+	}
+	v.Effect = audit.DecisionDeny
+	*vs = append(*vs, v)
+	return deniedError(d, approvalRefusal(d, info), info.ID)
+}
+
+// askApproval opens an approval for the ask decision d of a call of op on
+// sandbox m (text is the request, rule the deciding rule with its source)
+// and waits until it is answered or expires, or is withdrawn because ctx
+// ended or the sandbox did. granted means an earlier allow-always answered
+// it at once (no approval was opened). st, when the call streams, receives
+// the approval's events.
+func (s *Service) askApproval(ctx context.Context, c Caller, m *managed, op string, d policy.Decision, text, rule string, st *eventSink) (api.Approval, bool) {
+	ap, granted := s.approvals.open(c, m, op, d, text)
+	if granted {
+		return api.Approval{}, true
+	}
 	s.record(audit.Event{Kind: "approval.request", Tenant: c.Tenant, Actor: c.Actor, Sandbox: m.info.ID, Decision: audit.DecisionAsk,
-		Rule: ruleWithSource(v.Rule, v.Source), Request: mustJSON(map[string]string{"approval": ap.info.ID, "op": op, "request": v.Request}),
+		Rule: rule, Request: mustJSON(map[string]string{"approval": ap.info.ID, "op": op, "request": text}),
 		Result: mustJSON(map[string]any{"reason": d.Reason, "expires_at": ap.info.ExpiresAt})})
 	first := ap.snapshot()
 	if st != nil {
@@ -228,22 +272,7 @@ func (s *Service) judge(ctx context.Context, c Caller, m *managed, vs *[]verdict
 	if st != nil {
 		st.send(api.Event{Type: api.EventApproval, Approval: &info})
 	}
-	switch info.State {
-	case api.ApprovalAllowed:
-		v.Effect = audit.DecisionAllow
-		*vs = append(*vs, v)
-		return nil
-	case api.ApprovalWithdrawn:
-		v.Effect = audit.DecisionDeny
-		*vs = append(*vs, v)
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		return api.Errorf(api.CodeNotRunning, "sandbox %s ended while the call waited for approval %s", m.info.ID, info.ID)
-	}
-	v.Effect = audit.DecisionDeny
-	*vs = append(*vs, v)
-	return deniedError(d, approvalRefusal(d, info), info.ID)
+	return info, false
 }
 
 // approvalRefusal is what the agent reads when its approval was denied or

@@ -184,8 +184,16 @@ func (s *Service) doCreate(ctx context.Context, c Caller, req *api.CreateSandbox
 		s.mu.Unlock()
 	}()
 
+	netMode, netDeny, err := netRequest(req.Network)
+	if err != nil {
+		return nil, err
+	}
 	spec := &sandbox.Spec{Workspace: req.Workspace, Binds: req.Binds, Hostname: req.Hostname, Limits: req.Limits}
-	pol, spec, err := s.loadPolicy(req, spec)
+	pol, spec, err := s.loadPolicy(req, spec, netDeny)
+	var bind *netBinding
+	if err == nil {
+		bind, err = s.attachNetwork(netMode, pol, spec)
+	}
 	if err != nil {
 		if api.AsError(err).Code == api.CodePolicyDenied {
 			s.metrics.denied("policy")
@@ -204,7 +212,14 @@ func (s *Service) doCreate(ctx context.Context, c Caller, req *api.CreateSandbox
 			ID: sb.ID(), Tenant: c.Tenant, State: api.StateRunning, CreatedAt: now,
 			TimeoutMs: millis(timeout), IdleTimeoutMs: millis(idle), Workspace: req.Workspace,
 			Hostname: req.Hostname, Labels: req.Labels, Enforcement: enf, Policy: pol.report,
+			Network: &api.Network{Mode: string(netMode)},
 		},
+	}
+	if req.Network != nil {
+		m.info.Network.AllowDomains, m.info.Network.DenyDomains = req.Network.AllowDomains, req.Network.DenyDomains
+	}
+	if bind != nil {
+		bind.m.Store(m)
 	}
 	rec := &store.Sandbox{
 		ID: m.info.ID, Tenant: c.Tenant, State: api.StateRunning, CreatedAt: now, LastActiveAt: now,

@@ -26,6 +26,7 @@ import (
 
 	"github.com/moat-sandbox/moat/api"
 	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/netproxy"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/sandbox"
 	"github.com/moat-sandbox/moat/store"
@@ -94,6 +95,9 @@ type Config struct {
 	// HidePaths are host paths no sandbox may see, whatever the policy:
 	// the daemon's data directory (tokens, database, audit tape).
 	HidePaths []string
+	// DNSServer is the "IP:port" the egress proxy resolves names with;
+	// "" means the host's resolver.
+	DNSServer string
 }
 
 // Caller is who makes a call: the tenant it acts for and the actor (a
@@ -113,6 +117,7 @@ type Service struct {
 	metrics   *serverMetrics
 	ops       map[string]handler
 	approvals *approvals
+	proxy     *netproxy.Proxy // the egress proxy of every sandbox in network mode proxy
 
 	mu        sync.Mutex
 	sandboxes map[string]*managed
@@ -186,6 +191,7 @@ func New(cfg Config) (*Service, error) {
 		pruneEnd:  make(chan struct{}),
 	}
 	s.approvals = newApprovals(s, cfg.ApprovalTimeout)
+	s.proxy = netproxy.New(netproxy.Config{DNSServer: cfg.DNSServer, Logger: cfg.Logger, Events: s.proxyEvent})
 	s.metrics = newMetrics(s)
 	s.ops = s.handlers()
 	return s, nil

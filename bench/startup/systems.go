@@ -61,6 +61,12 @@ var systems = []system{
 		prepare: prepareMoatNoLimits,
 	},
 	{
+		name: "moat-proxy",
+		about: "moat run --net proxy --allow-domain example.com: the same sandbox with the egress proxy's listener in its network namespace " +
+			"and the run's own proxy serving it (the cost of the network mode is the difference from moat)",
+		prepare: prepareMoatProxy,
+	},
+	{
 		name:    "bwrap",
 		about:   "bubblewrap with every namespace and binds comparable to moat's (read-only /usr and /etc, fresh /proc, /dev, /tmp, /workspace)",
 		prepare: prepareBwrap,
@@ -177,6 +183,15 @@ func prepareMoat(o *options) (*prepared, error) {
 		argv:    []string{bin, "run", "--", benchCommand},
 		version: machine.Version(bin, "version"),
 	}, nil
+}
+
+func prepareMoatProxy(o *options) (*prepared, error) {
+	p, err := prepareMoat(o)
+	if err != nil {
+		return nil, err
+	}
+	p.argv = []string{p.argv[0], "run", "--net", "proxy", "--allow-domain", "example.com", "--", benchCommand}
+	return p, nil
 }
 
 // noLimitsConfig is an operator config that turns off every cgroup limit.

@@ -259,7 +259,7 @@ func printExplanation(w io.Writer, ex *policy.Explanation) {
 	entries("not readable", ex.Roots.DenyRead)
 	entries("read-only", ex.Roots.ReadOnly)
 	if len(ex.Roots.NetAllow) > 0 {
-		fmt.Fprintf(w, "network allowlist: %s (enforced: %v)\n", strings.Join(ex.Roots.NetAllow, ", "), ex.Roots.NetEnforced)
+		fmt.Fprintf(w, "network allowlist (enforced by the egress proxy in --net proxy): %s\n", strings.Join(ex.Roots.NetAllow, ", "))
 	}
 	for _, warn := range ex.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", warn)

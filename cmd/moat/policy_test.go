@@ -55,7 +55,7 @@ func TestPolicyExplain(t *testing.T) {
 		rule   string
 	}{
 		{policy.Ask, "Exec(git push*)"}, {policy.Deny, "Read(secrets/**)"}, {policy.Deny, ".git/hooks"},
-		{policy.Deny, "Exec(curl *)"}, {policy.Allow, "default"}, {policy.Deny, "no network"},
+		{policy.Deny, "Exec(curl *)"}, {policy.Allow, "default"}, {policy.Deny, "not on the network allowlist"},
 	}
 	if len(ex.Decisions) != len(want) {
 		t.Fatalf("%d decisions", len(ex.Decisions))

@@ -43,6 +43,9 @@ type runFlags struct {
 	profile          string
 	allow, ask, deny []string
 	approvalTimeout  time.Duration
+
+	net                       string
+	allowDomains, denyDomains []string
 }
 
 const runLong = `Run one command in a fresh sandbox and stream its output.
@@ -51,8 +54,21 @@ The command runs as uid 1000 ("sandbox") in new user, mount, pid, net, ipc,
 uts and cgroup namespaces, with no capabilities, no_new_privs, Landlock and
 a seccomp filter. It sees the host's /usr (and /bin, /lib… links) read-only,
 a filtered /etc, a minimal /dev, a masked /proc, a private /tmp and home
-(tmpfs), /workspace, and nothing else of the host. Network: loopback only.
-The host environment never reaches the command.
+(tmpfs), /workspace, and nothing else of the host. The host environment
+never reaches the command.
+
+Network (--net): none (the default) is loopback only, no route anywhere.
+proxy gives the sandbox one way out, moat's egress proxy at 127.0.0.1:3128
+inside it (HTTP, CONNECT and SOCKS5; HTTP_PROXY, HTTPS_PROXY, ALL_PROXY,
+NO_PROXY and pip's and npm's settings are set), which admits only the
+allowlist: --allow-domain entries and the allow Net rules of the managed
+and user policy files, minus deny and ask rules (--deny-domain, any layer).
+'*.example.com' matches subdomains, not example.com. The proxy resolves
+names itself and refuses loopback, private, link-local, CGNAT, multicast,
+metadata and the host's own addresses unless an entry names them (an IP or
+a CIDR such as 10.1.0.0/16). A refusal is a 403 with an X-Proxy-Error
+header the command can read, and a line on stderr. open shares the host's
+network; only a managed policy with open_network = true permits it.
 
 Limits (--memory, --cpus, --pids, --disk) are enforced by cgroups and the
 size of the sandbox's tmpfs; defaults come from the operator config
@@ -114,6 +130,9 @@ func runCommand() *command {
 			fl.StringArrayVar(&f.ask, "ask", nil, "per-call ask `RULE`, e.g. 'Exec(git push*)' (repeatable)")
 			fl.StringArrayVar(&f.deny, "deny", nil, "per-call deny `RULE`, e.g. 'Read(secrets/**)' (repeatable)")
 			fl.DurationVar(&f.approvalTimeout, "approval-timeout", time.Minute, "how long an ask rule waits for an answer on the terminal before it denies")
+			fl.StringVar(&f.net, "net", "none", "network `MODE`: none (loopback only), proxy (the egress proxy is the only way out), open (host network; managed policy must permit)")
+			fl.StringArrayVar(&f.allowDomains, "allow-domain", nil, "with --net proxy, admit `DOMAIN` ('*.example.com' for subdomains, an IP, or a CIDR like 10.0.0.0/8) (repeatable)")
+			fl.StringArrayVar(&f.denyDomains, "deny-domain", nil, "refuse `DOMAIN` even where an allowlist admits it (repeatable)")
 			fl.StringVar(&f.config, "config", "", "operator config `FILE` with default limits (default $MOAT_CONFIG or "+config.DefaultPath+")")
 		},
 		run: func(ctx context.Context, args []string) error {
@@ -210,6 +229,9 @@ func runRun(ctx context.Context, f *runFlags, args []string) error {
 	if f.approvalTimeout <= 0 {
 		return fmt.Errorf("%w: --approval-timeout must be above 0", sandbox.ErrInvalidSpec)
 	}
+	if _, err := sandbox.ParseNetMode(f.net); err != nil {
+		return fmt.Errorf("--net: %w", err)
+	}
 	spec, rp, err := applyPolicy(f, spec, args)
 	if err != nil {
 		return err
@@ -225,6 +247,11 @@ func runRun(ctx context.Context, f *runFlags, args []string) error {
 		}
 		return &exitError{code: res.ExitCode}
 	}
+	netw, err := networkSetup(f, spec, rp.eff, defaults)
+	if err != nil {
+		return err
+	}
+	defer netw.close()
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	defer signal.Stop(sigs)
@@ -243,8 +270,9 @@ func runRun(ctx context.Context, f *runFlags, args []string) error {
 		defer cancel()
 	}
 	res, err := rt.Run(ctx, spec, proc)
+	netw.close()
 	if f.json {
-		if perr := printResult(res, rp); perr != nil {
+		if perr := printJSON(runResult{Result: res, Policy: rp, Network: netw.snapshot()}); perr != nil {
 			return perr
 		}
 		return &exitError{code: res.ExitCode}

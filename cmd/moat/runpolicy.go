@@ -30,6 +30,8 @@ type runPolicy struct {
 	Approval string `json:"approval,omitempty"`
 	// Kernel is what the policy compiled into the sandbox.
 	Kernel *enforce.Report `json:"kernel,omitempty"`
+
+	eff *policy.Effective // the policy the run's egress proxy decides with
 }
 
 // runResult is moat run's --json output: the sandbox's result and the
@@ -37,6 +39,8 @@ type runPolicy struct {
 type runResult struct {
 	*sandbox.Result
 	Policy *runPolicy `json:"policy,omitempty"`
+	// Network is the mode and what the egress proxy did.
+	Network *runNetwork `json:"network,omitempty"`
 }
 
 // applyPolicy loads the policy layers for this run (managed
@@ -62,6 +66,11 @@ func applyPolicy(f *runFlags, spec *sandbox.Spec, args []string) (*sandbox.Spec,
 		}
 	}
 	pc := enforce.Context(spec, home)
+	pc.NetAllow = f.allowDomains
+	denyNet, err := netDenyRules(f.denyDomains)
+	if err != nil {
+		return nil, nil, err
+	}
 	src := policy.DefaultSources(pc)
 	if spec.Workspace == "" {
 		src.Project = "" // an in-memory workspace has no project file
@@ -74,12 +83,12 @@ func applyPolicy(f *runFlags, spec *sandbox.Spec, args []string) (*sandbox.Spec,
 		return nil, nil, fmt.Errorf("%w: --profile trusted: no policy file grants it (declare profile = \"trusted\" in %s or %s)",
 			sandbox.ErrInvalidSpec, filepath.Join(home, policy.UserPath), policy.ManagedPath)
 	}
-	if len(f.allow)+len(f.ask)+len(f.deny) > 0 || f.profile == string(policy.Untrusted) {
+	if len(f.allow)+len(f.ask)+len(f.deny)+len(denyNet) > 0 || f.profile == string(policy.Untrusted) {
 		prof := policy.Profile("")
 		if f.profile == string(policy.Untrusted) {
 			prof = policy.Untrusted
 		}
-		call, err := policy.ParseCall(policy.CallRules{Profile: prof, Allow: f.allow, Ask: f.ask, Deny: f.deny})
+		call, err := policy.ParseCall(policy.CallRules{Profile: prof, Allow: f.allow, Ask: f.ask, Deny: append(append([]string(nil), f.deny...), denyNet...)})
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w: %v", sandbox.ErrInvalidSpec, err)
 		}
@@ -92,7 +101,7 @@ func applyPolicy(f *runFlags, spec *sandbox.Spec, args []string) (*sandbox.Spec,
 		req = policy.ExecShell(f.sh)
 	}
 	d := eff.Decide(req)
-	rp := &runPolicy{Profile: eff.Profile(), Effect: d.Effect, Decided: d.Effect, Rule: d.Rule.String(), Source: d.Rule.Source(), Reason: d.Reason}
+	rp := &runPolicy{eff: eff, Profile: eff.Profile(), Effect: d.Effect, Decided: d.Effect, Rule: d.Rule.String(), Source: d.Rule.Source(), Reason: d.Reason}
 	if d.Effect == policy.Ask {
 		rp.Effect, rp.Approval = askTerminal(req, d, f.approvalTimeout)
 	}

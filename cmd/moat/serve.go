@@ -214,7 +214,7 @@ func runServe(ctx context.Context, f *serveFlags, args []string) error {
 		DefaultTimeout: f.timeout, DefaultIdleTimeout: f.idleTimeout,
 		MaxSandboxes: f.maxSandboxes, MaxPerTenant: f.maxPerTenant,
 		Home: f.home, PolicyManaged: f.policyManaged, PolicyUser: f.policyUser, ApprovalTimeout: f.approvalTimeout,
-		HidePaths: []string{absData},
+		HidePaths: []string{absData}, DNSServer: defaults.DNSServer,
 	})
 	if err != nil {
 		return err

@@ -43,7 +43,11 @@ func etcFiles(hostname string, uid, gid int) map[string]string {
 // hidden entry that exists on the host. Layers are built once per distinct
 // content under stateDir/etc and shared by all sandboxes: the sandbox's
 // init only mounts the overlay.
-func etcLayer(stateDir, hostname string, uid, gid int) (string, error) {
+//
+// hostDNS (network mode open) keeps the host's resolv.conf: such a sandbox
+// shares the host's network and resolves as the host does. Otherwise the
+// layer's resolv.conf names no resolver; there is none to reach.
+func etcLayer(stateDir, hostname string, uid, gid int, hostDNS bool) (string, error) {
 	var present []string
 	for _, name := range etcHidden {
 		if _, err := os.Lstat("/etc/" + name); err == nil {
@@ -51,10 +55,13 @@ func etcLayer(stateDir, hostname string, uid, gid int) (string, error) {
 		}
 	}
 	files := etcFiles(hostname, uid, gid)
+	if hostDNS {
+		delete(files, "resolv.conf")
+	}
 	// A content name, not a security boundary: FNV keeps crypto out of
 	// the start-up path of every moat process.
 	h := fnv.New128a()
-	fmt.Fprintf(h, "v%s\x00%s\x00%d\x00%d\x00%s", etcLayerVersion, hostname, uid, gid, strings.Join(present, "\x00"))
+	fmt.Fprintf(h, "v%s\x00%s\x00%d\x00%d\x00%t\x00%s", etcLayerVersion, hostname, uid, gid, hostDNS, strings.Join(present, "\x00"))
 	dir := filepath.Join(stateDir, "etc", hex.EncodeToString(h.Sum(nil)))
 	if _, err := os.Stat(dir); err == nil {
 		return dir, nil

@@ -213,7 +213,11 @@ func (c *call) request() (*guest.Exec, error) {
 	if p.OutputLimit < 0 {
 		return nil, fmt.Errorf("%w: output limit must not be negative", sandbox.ErrInvalidSpec)
 	}
-	env, err := mergeEnv(defaultEnv(), p.Env)
+	base := defaultEnv()
+	if c.s.netMode == sandbox.NetProxy {
+		base = append(base, sandbox.ProxyEnv()...)
+	}
+	env, err := mergeEnv(base, p.Env)
 	if err != nil {
 		return nil, err
 	}

@@ -28,8 +28,10 @@ func harden(s *guest.Setup, mounts []guest.Mount, landlockABI int) error {
 	if err := unix.Setdomainname([]byte("(none)")); err != nil {
 		return stageErr("setdomainname", err)
 	}
-	if err := loopbackUp(); err != nil {
-		return stageErr("bring up loopback", err)
+	if !s.SharedNet {
+		if err := loopbackUp(); err != nil {
+			return stageErr("bring up loopback", err)
+		}
 	}
 	// /proc/1 of a sandbox (this process) must not be readable or
 	// ptrace-able by its processes: CVE-2019-5736 used /proc/<pid>/exe of

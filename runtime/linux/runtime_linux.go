@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -245,6 +246,13 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	if err := validateRestrictions(spec.Restrict); err != nil {
 		return nil, err
 	}
+	netMode, err := sandbox.ParseNetMode(string(spec.Network.Mode))
+	if err != nil {
+		return nil, err
+	}
+	if netMode == sandbox.NetProxy && spec.Network.Egress == nil {
+		return nil, fmt.Errorf("%w: %w", sandbox.ErrInvalidSpec, errNoEgress)
+	}
 	srcs, err := openSources(spec)
 	if err != nil {
 		return nil, err
@@ -302,7 +310,7 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	// thread what does not depend on it: the cgroup, the seccomp program
 	// and the /etc layer.
 	preps := make(chan *prepared, 1)
-	go func() { preps <- r.prepare(layout, slot.slot, limits, hostname, !oneShot) }()
+	go func() { preps <- r.prepare(layout, slot.slot, limits, hostname, netMode, !oneShot) }()
 	var prep *prepared
 	defer func() {
 		if prep == nil {
@@ -315,13 +323,17 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	}()
 
 	idMap := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(base), Size: uidsPer}}
+	cloneNS := uintptr(unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
+		unix.CLONE_NEWIPC | unix.CLONE_NEWUTS)
+	if netMode == sandbox.NetOpen {
+		cloneNS &^= unix.CLONE_NEWNET
+	}
 	proc, err := startChild(r.initPath, []string{"moat", InitArg}, []*os.File{devNull, devNull, errW, agentSock},
 		&syscall.SysProcAttr{
 			// The cgroup namespace is made by the init itself once the
 			// host has moved it into its cgroup (v1 has no clone into a
 			// cgroup), so that its root is the sandbox's cgroup.
-			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
-				unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
+			Cloneflags:                 cloneNS,
 			UidMappings:                idMap,
 			GidMappings:                idMap,
 			GidMappingsEnableSetgroups: true,
@@ -335,6 +347,20 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	}
 	cu.add(proc.killAndWait)
 
+	// The proxy's listener exists in the sandbox's namespace before the
+	// init is told to set up, so before any process of it can run.
+	var (
+		egress sandbox.Egress
+		ln     net.Listener
+	)
+	if netMode == sandbox.NetProxy {
+		if ln, err = listenInNetns(proc.pid, sandbox.ProxyPort); err != nil {
+			return nil, &sandbox.SetupError{Stage: "egress proxy", Err: err}
+		}
+		egress = spec.Network.Egress
+		cu.add(func() { ln.Close(); _ = egress.Close() })
+	}
+
 	prep = <-preps
 	if prep.err != nil {
 		return nil, prep.err
@@ -347,6 +373,14 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	}
 	sb := newSandbox(r, proc, guest.NewConn(hostSock), errR, slot, cg, oneShot)
 	sb.created = created
+	sb.netMode, sb.egress = netMode, egress
+	if egress != nil {
+		go func() {
+			if err := egress.Serve(sb.id, ln); err != nil {
+				r.log.Warn("egress proxy stopped", "sandbox", sb.id, "err", err)
+			}
+		}()
+	}
 	r.log.Debug("init started", "sandbox", sb.id, "after", time.Since(created).String())
 	setup := &guest.Setup{
 		Hostname:        hostname,
@@ -359,6 +393,7 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 		LandlockABI:     r.landlock,
 		OneShot:         oneShot,
 		Restrict:        guestRestrictions(spec.Restrict),
+		SharedNet:       netMode == sandbox.NetOpen,
 	}
 	fds := make([]int, len(trees))
 	for i, t := range trees {
@@ -373,6 +408,10 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	}
 	sb.enforcement = r.Enforcement()
 	sb.enforcement.Limits = limits
+	sb.enforcement.Network = networkDescription(netMode)
+	if netMode == sandbox.NetOpen {
+		sb.enforcement.Namespaces = []string{"user", "mount", "pid", "ipc", "uts", "cgroup"}
+	}
 	if cg != nil {
 		sb.enforcement.Cgroup = layout.describe()
 	}
@@ -420,7 +459,7 @@ type prepared struct {
 // prepare creates the sandbox's cgroup (and, on v1, opens the files the
 // init joins it through), assembles the seccomp program and finds or
 // builds the /etc layer. On error it undoes what it did.
-func (r *Runtime) prepare(layout *cgroupLayout, slot int, limits sandbox.Limits, hostname string, longLived bool) *prepared {
+func (r *Runtime) prepare(layout *cgroupLayout, slot int, limits sandbox.Limits, hostname string, netMode sandbox.NetMode, longLived bool) *prepared {
 	p := &prepared{}
 	var err error
 	if p.cg, err = newCgroup(layout, slot, limits, longLived); err != nil {
@@ -440,7 +479,7 @@ func (r *Runtime) prepare(layout *cgroupLayout, slot int, limits sandbox.Limits,
 		return fail("seccomp", err)
 	}
 	p.seccomp = encodeBPF(prog)
-	if p.etcLayer, err = etcLayer(r.stateDir, hostname, sandboxUID, sandboxGID); err != nil {
+	if p.etcLayer, err = etcLayer(r.stateDir, hostname, sandboxUID, sandboxGID, netMode == sandbox.NetOpen); err != nil {
 		return fail("etc layer", err)
 	}
 	return p

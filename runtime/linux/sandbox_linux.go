@@ -36,6 +36,8 @@ type linuxSandbox struct {
 	oneShot     bool
 	enforcement sandbox.Enforcement
 	created     time.Time
+	netMode     sandbox.NetMode
+	egress      sandbox.Egress // proxy mode: closed at Shutdown
 
 	initErr *boundedBuffer // the init's own stderr, for diagnostics
 	errDone chan struct{}  // closed when initErr has all of it
@@ -273,6 +275,9 @@ func (s *linuxSandbox) Shutdown(ctx context.Context) error {
 		select {
 		case <-s.exited:
 		case <-ctx.Done():
+		}
+		if s.egress != nil {
+			_ = s.egress.Close()
 		}
 		t0 := time.Now()
 		s.cg.destroy()

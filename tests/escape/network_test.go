@@ -116,11 +116,26 @@ func hostNameservers() []netip.Addr {
 }
 
 // TestNetwork: THREAT-MODEL "network" row, with no network policy (the
-// default). TCP to the host's loopback services and its other addresses,
-// UDP and DNS to the outside, and the metadata, link-local and private
-// ranges are all unreachable; the sandbox has no interface but lo.
+// default, --net none) and in --net proxy with the widest allowlist: TCP
+// to the host's loopback services and its other addresses, UDP and DNS to
+// the outside, and the metadata, link-local and private ranges are all
+// unreachable; the sandbox has no interface but lo. In proxy mode the one
+// thing that answers is the egress proxy's port on the sandbox's own
+// loopback (the proxy's own refusals are tested in tests/network).
 func TestNetwork(t *testing.T) {
 	testutil.RequireRoot(t)
+	for _, mode := range []struct {
+		name  string
+		flags []string
+	}{
+		{"none", nil},
+		{"proxy", []string{"--net", "proxy", "--allow-domain", "*", "--allow-domain", "0.0.0.0/0", "--allow-domain", "::/0"}},
+	} {
+		t.Run(mode.name, func(t *testing.T) { networkUnreachable(t, mode.flags) })
+	}
+}
+
+func networkUnreachable(t *testing.T, flags []string) {
 	v4, v6 := hostAddrs(t)
 
 	t.Run("TCP to the host", func(t *testing.T) {
@@ -135,7 +150,7 @@ func TestNetwork(t *testing.T) {
 		for _, a := range targets {
 			atts = append(atts, A("connect-tcp", a))
 		}
-		in := inside(t, nil, atts...)
+		in := inside(t, flags, atts...)
 		out := outside(t, asNobody, atts...)
 		for i := range atts {
 			denied(t, in[i], "ECONNREFUSED", "ENETUNREACH", "EHOSTUNREACH")
@@ -161,7 +176,7 @@ func TestNetwork(t *testing.T) {
 			atts = append(atts, A("udp-send", hostUDP.LocalAddr().String()))
 		}
 		loUDP := udpListener(t, "127.0.0.1:0")
-		in := inside(t, nil, append(atts, A("udp-send", loUDP.LocalAddr().String()))...)
+		in := inside(t, flags, append(atts, A("udp-send", loUDP.LocalAddr().String()))...)
 		for _, o := range in[:len(atts)] {
 			denied(t, o, "ENETUNREACH")
 		}
@@ -204,7 +219,7 @@ func TestNetwork(t *testing.T) {
 			A("connect-tcp", "100.100.100.200:80"),
 			A("udp-send", "169.254.169.254:53"),
 		}
-		for _, o := range inside(t, nil, atts...) {
+		for _, o := range inside(t, flags, atts...) {
 			denied(t, o, "ENETUNREACH")
 		}
 		// Control: a route lookup only (no packet is sent).
@@ -216,7 +231,7 @@ func TestNetwork(t *testing.T) {
 	})
 
 	t.Run("interfaces", func(t *testing.T) {
-		in := inside(t, nil, A("ifaces"))[0]
+		in := inside(t, flags, A("ifaces"))[0]
 		works(t, in)
 		if names := in.strs("names"); !slices.Equal(names, []string{"lo"}) {
 			t.Errorf("ESCAPE: interfaces inside: %v, want only lo", names)
@@ -229,6 +244,17 @@ func TestNetwork(t *testing.T) {
 		out := outside(t, asNobody, A("ifaces"))[0]
 		if len(out.strs("names")) < 2 {
 			t.Logf("control: the host itself has only %v", out.strs("names"))
+		}
+	})
+
+	t.Run("the proxy port", func(t *testing.T) {
+		in := inside(t, flags, A("connect-tcp", "127.0.0.1:3128"), A("connect-tcp", "[::1]:3128"))
+		for _, o := range in {
+			if flags == nil {
+				denied(t, o, "ECONNREFUSED")
+			} else {
+				works(t, o)
+			}
 		}
 	})
 }

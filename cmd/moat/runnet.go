@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+
+	"github.com/moat-sandbox/moat/config"
+	"github.com/moat-sandbox/moat/enforce"
+	"github.com/moat-sandbox/moat/netproxy"
+	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/sandbox"
+)
+
+// maxRunNetEvents bounds the events a --json result lists; the counts
+// cover all of them.
+const maxRunNetEvents = 256
+
+// runNetwork is the "network" object of moat run's --json result: the
+// mode, the allowlist asked for, and what the egress proxy did.
+type runNetwork struct {
+	Mode  sandbox.NetMode `json:"mode"`
+	Allow []string        `json:"allow_domains,omitempty"`
+	Deny  []string        `json:"deny_domains,omitempty"`
+	// Proxy is the proxy's address inside the sandbox (mode proxy).
+	Proxy string `json:"proxy,omitempty"`
+	// Allowed and Denied count the proxy's decisions on connections and
+	// requests.
+	Allowed int `json:"allowed"`
+	Denied  int `json:"denied"`
+	// Events are the proxy's DNS, connect and close events, the first
+	// maxRunNetEvents of them.
+	Events  []netproxy.Event `json:"events,omitempty"`
+	Dropped int              `json:"events_dropped,omitempty"`
+
+	mu       sync.Mutex
+	endpoint *netproxy.Endpoint
+	quiet    bool // --json: refusals go to the result, not stderr
+}
+
+// record takes one event of the proxy.
+func (n *runNetwork) record(e netproxy.Event) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if e.Kind == "connect" {
+		if e.Decision == "allow" {
+			n.Allowed++
+		} else {
+			n.Denied++
+			if !n.quiet {
+				fmt.Fprintf(os.Stderr, "moat: network: refused %s:%d (%s): %s\n", e.Host, e.Port, e.Code, e.Reason)
+			}
+		}
+	}
+	if len(n.Events) < maxRunNetEvents {
+		n.Events = append(n.Events, e)
+	} else {
+		n.Dropped++
+	}
+}
+
+// networkSetup checks the network flags against the policy and, for mode
+// proxy, starts the run's own egress proxy (in this process: it lives as
+// long as the run) and puts it in the spec.
+func networkSetup(f *runFlags, spec *sandbox.Spec, eff *policy.Effective, defaults config.Defaults) (*runNetwork, error) {
+	mode, err := sandbox.ParseNetMode(f.net)
+	if err != nil {
+		return nil, fmt.Errorf("--net: %w", err)
+	}
+	n := &runNetwork{Mode: mode, Allow: f.allowDomains, Deny: f.denyDomains, quiet: f.json}
+	switch mode {
+	case sandbox.NetOpen:
+		if !eff.OpenNetwork() {
+			return nil, fmt.Errorf("%w: --net open: the operator's managed policy (%s) does not permit it (open_network = true)", sandbox.ErrInvalidSpec, policy.ManagedPath)
+		}
+		if len(f.allowDomains)+len(f.denyDomains) > 0 {
+			return nil, fmt.Errorf("%w: --allow-domain and --deny-domain need --net proxy: --net open does not filter", sandbox.ErrInvalidSpec)
+		}
+	case sandbox.NetNone:
+		if len(f.allowDomains)+len(f.denyDomains) > 0 {
+			return nil, fmt.Errorf("%w: --allow-domain and --deny-domain need --net proxy (the default, --net none, has no network at all)", sandbox.ErrInvalidSpec)
+		}
+	case sandbox.NetProxy:
+		var askMu sync.Mutex
+		// Refusals reach the user as one line each (record); the
+		// proxy's own log would repeat them.
+		px := netproxy.New(netproxy.Config{DNSServer: defaults.DNSServer, Events: n.record, Logger: slog.New(slog.DiscardHandler)})
+		n.endpoint = px.Endpoint(&enforce.NetPolicy{
+			Current: func() *policy.Effective { return eff },
+			Ask: func(ctx context.Context, d policy.Decision) (bool, string) {
+				// One question on the terminal at a time.
+				askMu.Lock()
+				defer askMu.Unlock()
+				eff, how := askTerminal(d.Request, d, f.approvalTimeout)
+				return eff == policy.Allow, how
+			},
+		})
+		n.Proxy = fmt.Sprintf("127.0.0.1:%d", sandbox.ProxyPort)
+	}
+	spec.Network = sandbox.Network{Mode: mode}
+	if n.endpoint != nil {
+		spec.Network.Egress = n.endpoint
+	}
+	return n, nil
+}
+
+// netDenyRules turns --deny-domain entries into per-call deny rules.
+func netDenyRules(entries []string) ([]string, error) {
+	out := make([]string, 0, len(entries))
+	for _, e := range entries {
+		r, err := policy.NetAllowRule(e)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --deny-domain %v", sandbox.ErrInvalidSpec, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// close stops the run's proxy; what it recorded is final afterwards.
+func (n *runNetwork) close() {
+	if n != nil && n.endpoint != nil {
+		_ = n.endpoint.Close()
+	}
+}
+
+// snapshot returns the result object (nil when there is nothing to say).
+func (n *runNetwork) snapshot() *runNetwork {
+	if n == nil {
+		return nil
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return &runNetwork{Mode: n.Mode, Allow: n.Allow, Deny: n.Deny, Proxy: n.Proxy, Allowed: n.Allowed, Denied: n.Denied,
+		Events: append([]netproxy.Event(nil), n.Events...), Dropped: n.Dropped}
+}
