@@ -3,11 +3,9 @@ package netproxy
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/binary"
 	"errors"
 	"io"
-	"net"
 	"net/netip"
 	"syscall"
 	"time"
@@ -126,28 +124,13 @@ func (e *Endpoint) serveSOCKS(sandbox string, c *sniffConn) {
 		return
 	}
 
-	ctx, cancel := context.WithCancel(e.ctx)
-	defer cancel()
-	stop := watchClient(raw, br, cancel)
-	r := e.decide(ctx, t)
-	var up net.Conn
-	if r == nil {
-		up, r = e.connect(ctx, t)
-	}
-	stop()
-	if ctx.Err() != nil {
-		if up != nil {
-			up.Close()
-		}
+	up, r, gone := e.open(raw, br, t)
+	if gone {
 		return
 	}
 	if r != nil {
 		socksReply(raw, socksCode(r))
 		e.emitRefusal(t, r)
-		return
-	}
-	if !e.track(up) {
-		up.Close()
 		return
 	}
 	defer e.untrack(up)

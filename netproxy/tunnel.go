@@ -33,27 +33,12 @@ func (e *Endpoint) serveConnect(sandbox string, c *sniffConn, br *bufio.Reader, 
 	}
 	t.host, t.ip, t.port = host, ip, port
 
-	ctx, cancel := context.WithCancel(e.ctx)
-	defer cancel()
-	stop := watchClient(c, br, cancel)
-	r := e.decide(ctx, t)
-	var up net.Conn
-	if r == nil {
-		up, r = e.connect(ctx, t)
-	}
-	stop()
-	if ctx.Err() != nil {
-		if up != nil {
-			up.Close()
-		}
+	up, r, gone := e.open(c, br, t)
+	if gone {
 		return
 	}
 	if r != nil {
 		e.refuse(bw, t, r, true)
-		return
-	}
-	if !e.track(up) {
-		up.Close()
 		return
 	}
 	defer e.untrack(up)
@@ -67,6 +52,34 @@ func (e *Endpoint) serveConnect(sandbox string, c *sniffConn, br *bufio.Reader, 
 	}
 	pending, _ := br.Peek(br.Buffered())
 	e.relay(t, c.Conn, bytes.Clone(pending), up, addr, start)
+}
+
+// open decides t and dials it for a tunnel (CONNECT, SOCKS5), cancelling
+// the decision if the client goes away meanwhile (gone: nothing more to
+// do). On success up is tracked by the endpoint; the caller untracks it.
+func (e *Endpoint) open(client net.Conn, br *bufio.Reader, t *target) (up net.Conn, r *refusal, gone bool) {
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	stop := watchClient(client, br, cancel)
+	r = e.decide(ctx, t)
+	if r == nil {
+		up, r = e.connect(ctx, t)
+	}
+	stop()
+	if ctx.Err() != nil {
+		if up != nil {
+			up.Close()
+		}
+		return nil, nil, true
+	}
+	if r != nil {
+		return nil, r, false
+	}
+	if !e.track(up) {
+		up.Close()
+		return nil, nil, true
+	}
+	return up, nil, false
 }
 
 // relay copies bytes both ways between client and up until both directions

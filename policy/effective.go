@@ -34,6 +34,22 @@ type Context struct {
 	NetAllow []string `json:"net_allow,omitempty"`
 }
 
+// NetEntryNamesAddress reports whether an allowlist entry (as
+// NetAllowRule takes it) names IP addresses rather than host names: an
+// address in any spelling inet_aton(3) accepts (127.1, 0x7f000001), an
+// IPv6 address, or a CIDR range.
+func NetEntryNamesAddress(entry string) (bool, error) {
+	text, err := NetAllowRule(entry)
+	if err != nil {
+		return false, err
+	}
+	p, err := parseNetPattern(strings.TrimSuffix(strings.TrimPrefix(text, "Net("), ")"))
+	if err != nil {
+		return false, err
+	}
+	return p.ip || p.cidr.IsValid(), nil
+}
+
 // callerAllowlist is the File name of the rules made from Context.NetAllow.
 const callerAllowlist = "allowlist"
 

@@ -90,3 +90,17 @@ func TestOpenNetwork(t *testing.T) {
 		t.Error("open_network = \"yes\" accepted")
 	}
 }
+
+// TestNetEntryNamesAddress: every spelling of an address counts as one.
+func TestNetEntryNamesAddress(t *testing.T) {
+	for entry, want := range map[string]bool{
+		"127.0.0.1": true, "127.1": true, "0x7f000001": true, "0X7F.1": true, "0177.0.0.1": true, "2130706433": true,
+		"0xa9fea9fe": true, "::1": true, "cidr:10.0.0.0/8": true, "10.0.0.0/8": true, "domain:10.1.2.3": true,
+		"example.com": false, "*.example.com": false, "*": false, "0x7f.example.com": false, "a1.b2": false,
+	} {
+		got, err := NetEntryNamesAddress(entry)
+		if err != nil || got != want {
+			t.Errorf("%q: %v %v, want %v", entry, got, err, want)
+		}
+	}
+}

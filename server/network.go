@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"strings"
 	"sync/atomic"
 
 	"github.com/moat-sandbox/moat/api"
@@ -39,11 +38,11 @@ func netRequest(n *api.Network) (sandbox.NetMode, []string, error) {
 		return "", nil, api.Errorf(api.CodeInvalidArgument, "network: allow_domains and deny_domains need mode proxy")
 	}
 	for _, d := range n.AllowDomains {
-		rule, err := policy.NetAllowRule(d)
+		addr, err := policy.NetEntryNamesAddress(d)
 		if err != nil {
 			return "", nil, api.Errorf(api.CodeInvalidArgument, "network.allow_domains: %v", err)
 		}
-		if strings.HasPrefix(rule, "Net(cidr:") || isIPRule(rule) {
+		if addr {
 			return "", nil, api.Errorf(api.CodeInvalidArgument, "network.allow_domains: %q: IP addresses and CIDR ranges are admitted only by the daemon's policy files (allow Net(cidr:...))", d)
 		}
 	}
@@ -56,12 +55,6 @@ func netRequest(n *api.Network) (sandbox.NetMode, []string, error) {
 		deny = append(deny, rule)
 	}
 	return mode, deny, nil
-}
-
-// isIPRule reports whether a Net(domain:...) rule names an IP address.
-func isIPRule(rule string) bool {
-	host := strings.TrimSuffix(strings.TrimPrefix(rule, "Net(domain:"), ")")
-	return strings.Contains(host, ":") || strings.Trim(host, "0123456789.x") == "" && host != "*"
 }
 
 // attachNetwork puts the sandbox's network into spec once its policy is

@@ -2,14 +2,12 @@ package escape
 
 import (
 	"bufio"
-	"errors"
 	"net"
 	"net/netip"
 	"os"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/moat-sandbox/moat/internal/testutil"
 )
@@ -66,33 +64,6 @@ func tcpListener(t *testing.T, addr string) string {
 		}
 	}()
 	return ln.Addr().String()
-}
-
-// udpListener listens on addr until the test ends.
-func udpListener(t *testing.T, addr string) *net.UDPConn {
-	t.Helper()
-	c, err := net.ListenPacket("udp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c.(*net.UDPConn)
-}
-
-// queued reports whether a datagram is already waiting on c. Local
-// delivery happens inside sendto, so after the sender is gone anything sent
-// is already queued: the short deadline only turns "nothing there" into an
-// error instead of blocking.
-func queued(c *net.UDPConn) bool {
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
-	defer c.SetReadDeadline(time.Time{})
-	buf := make([]byte, 16)
-	_, _, err := c.ReadFrom(buf)
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return false
-	}
-	return err == nil
 }
 
 // hostNameservers returns the nameservers of the host's resolv.conf.
@@ -172,20 +143,20 @@ func networkUnreachable(t *testing.T, flags []string) {
 		}
 		var hostUDP *net.UDPConn
 		if v4.IsValid() {
-			hostUDP = udpListener(t, netip.AddrPortFrom(v4, 0).String())
+			hostUDP = testutil.UDPListener(t, netip.AddrPortFrom(v4, 0).String())
 			atts = append(atts, A("udp-send", hostUDP.LocalAddr().String()))
 		}
-		loUDP := udpListener(t, "127.0.0.1:0")
+		loUDP := testutil.UDPListener(t, "127.0.0.1:0")
 		in := inside(t, flags, append(atts, A("udp-send", loUDP.LocalAddr().String()))...)
 		for _, o := range in[:len(atts)] {
 			denied(t, o, "ENETUNREACH")
 		}
 		// To 127.0.0.1 the datagram goes to the sandbox's own
 		// loopback (sendto succeeds); the host's listener gets nothing.
-		if hostUDP != nil && queued(hostUDP) {
+		if hostUDP != nil && testutil.Queued(hostUDP) {
 			t.Errorf("ESCAPE: a datagram from the sandbox reached the host's %s", hostUDP.LocalAddr())
 		}
-		if queued(loUDP) {
+		if testutil.Queued(loUDP) {
 			t.Errorf("ESCAPE: a datagram from the sandbox reached the host's loopback listener %s", loUDP.LocalAddr())
 		}
 		// Control: outside, a datagram to the host listener arrives, and
@@ -193,12 +164,12 @@ func networkUnreachable(t *testing.T, flags []string) {
 		// looks the route up without sending anything).
 		if hostUDP != nil {
 			works(t, outside(t, asNobody, A("udp-send", hostUDP.LocalAddr().String()))[0])
-			if !queued(hostUDP) {
+			if !testutil.Queued(hostUDP) {
 				t.Errorf("control: the datagram sent outside did not arrive")
 			}
 		}
 		works(t, outside(t, asNobody, A("udp-send", loUDP.LocalAddr().String()))[0])
-		if !queued(loUDP) {
+		if !testutil.Queued(loUDP) {
 			t.Errorf("control: the datagram sent outside to the loopback listener did not arrive")
 		}
 		routes := outside(t, asNobody, A("udp-connect", "8.8.8.8:53"), A("udp-connect", "[2001:4860:4860::8888]:53"))
