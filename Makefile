@@ -17,11 +17,13 @@ build:
 demo: build
 	sh scripts/demo.sh $(BIN)
 
-# Debian packages the tests use (python3 and util-linux are used by tests
-# as ordinary programs inside and outside the sandbox).
+# Debian packages the tests use as ordinary programs inside and outside
+# the sandbox: python3 and util-linux, and the network clients of
+# tests/network (curl, wget, git, pip, npm).
 test-deps:
-	@command -v python3 >/dev/null && command -v script >/dev/null || \
-		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 util-linux; }
+	@need=""; for p in python3:python3 script:util-linux curl:curl wget:wget git:git pip3:python3-pip npm:npm; do \
+		command -v $${p%%:*} >/dev/null || need="$$need $${p#*:}"; done; \
+	test -z "$$need" || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need; }
 
 # The whole test suite. Tests that need root or kernel features skip with a
 # message elsewhere, and fail under CI=true.

@@ -34,7 +34,6 @@ func (c *compiler) restrict() {
 	for _, it := range literal {
 		c.literal(it, missing)
 	}
-	var walked []string
 	for _, t := range c.view.Trees() {
 		if t.Host == "" || isSystem(t.Target) || c.trusted(t) {
 			continue
@@ -51,7 +50,6 @@ func (c *compiler) restrict() {
 		}
 		if len(ps) > 0 {
 			c.walk(t, ps)
-			walked = append(walked, t.Target)
 		}
 	}
 	targets := make([]string, 0, len(missing))

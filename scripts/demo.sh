@@ -11,6 +11,10 @@ echo
 echo "== an agent's attempt to read host secrets and reach the network"
 "$moat" run --sh 'cat /etc/shadow; ls /root; ls ~/.ssh; python3 -c "import socket; socket.create_connection((\"1.1.1.1\", 80), 2)" 2>&1 | tail -1' ; echo "exit $?"
 echo
+echo "== --net proxy: the egress proxy is the only way out; it answers what it refuses"
+"$moat" run --net proxy --allow-domain pypi.org --sh \
+	'curl -s -o /dev/null -w "%{http_code} %header{x-proxy-error}\n" http://exfil.example.net/; curl -s -w " %{http_code}\n" http://169.254.169.254/latest/meta-data/; curl -s --noproxy "*" -m 2 http://1.1.1.1/ || echo "direct: curl exit $? (no route)"'
+echo
 echo "== the same call as one JSON result (exit code 3 is the command's own)"
 "$moat" run --json --sh 'echo out; echo err >&2; exit 3' ; echo "exit $?"
 echo

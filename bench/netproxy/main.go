@@ -298,7 +298,11 @@ func sandboxRows(moat, target, path string, size int64, rounds int, failures *[]
 }
 
 func httpGet(c *http.Client, u string) (int64, error) {
-	resp, err := c.Get(u)
+	return drain(c.Get(u))
+}
+
+// drain reads a 200 answer's whole body.
+func drain(resp *http.Response, err error) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
@@ -336,15 +340,7 @@ func tunnel(proxy, target string) (net.Conn, error) {
 // request sends GET path over c and reads the whole answer.
 func request(c net.Conn, host, path string) (int64, error) {
 	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", path, host)
-	resp, err := http.ReadResponse(bufio.NewReaderSize(c, 64<<10), nil)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		return 0, fmt.Errorf("status %s", resp.Status)
-	}
-	return io.Copy(io.Discard, resp.Body)
+	return drain(http.ReadResponse(bufio.NewReaderSize(c, 64<<10), nil))
 }
 
 func markdown(r *report) string {
