@@ -183,6 +183,14 @@ func normalizeHost(h string) (host string, ip netip.Addr, err error) {
 	if strings.HasPrefix(h, ".") || strings.Contains(h, "..") {
 		return "", netip.Addr{}, fmt.Errorf("host %q: empty label", h)
 	}
+	// A numeric last label (127.1, 0x7f000001, 2130706433) is an IPv4
+	// address in a form inet_aton accepts: the policy judges it as that
+	// address, so the proxy must not resolve it as a name. Only the
+	// canonical dotted form is taken.
+	last := h[strings.LastIndexByte(h, '.')+1:]
+	if strings.HasPrefix(last, "0x") || strings.Trim(last, "0123456789") == "" {
+		return "", netip.Addr{}, fmt.Errorf("host %q: a numeric host must be a canonical IP address (a.b.c.d)", h)
+	}
 	return h, netip.Addr{}, nil
 }
 

@@ -104,6 +104,8 @@ func TestNormalizeHost(t *testing.T) {
 		{"::FFFF:127.0.0.1", "127.0.0.1"},
 		{"[::ffff:7f00:1]", "127.0.0.1"},
 		{"2001:DB8::0:1", "2001:db8::1"},
+		{"0x7f.example.com", "0x7f.example.com"},
+		{"123.example.com", "123.example.com"},
 	}
 	for _, tt := range tests {
 		got, _, err := normalizeHost(tt.in)
@@ -111,7 +113,9 @@ func TestNormalizeHost(t *testing.T) {
 			t.Errorf("normalizeHost(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
 		}
 	}
-	for _, bad := range []string{"", "a b", "exa mple.com", "a..b", "fe80::1%eth0", "x/y"} {
+	for _, bad := range []string{"", "a b", "exa mple.com", "a..b", "fe80::1%eth0", "x/y",
+		// inet_aton forms the policy reads as addresses, never names.
+		"127.1", "0x7f000001", "0X7F.1", "2130706433", "0177.0.0.1", "10.0.0.256"} {
 		if _, _, err := normalizeHost(bad); err == nil {
 			t.Errorf("normalizeHost(%q): want an error", bad)
 		}
