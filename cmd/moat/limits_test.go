@@ -421,11 +421,18 @@ func sandboxOf(t *testing.T, moatPid int) (int, []int) {
 			continue
 		}
 		for _, l := range strings.Split(string(cg), "\n") {
-			if rest, ok := strings.CutPrefix(l, ""); ok && strings.Contains(rest, ":pids:/moat/") {
-				slot, _ := strconv.Atoi(rest[strings.LastIndexByte(rest, '/')+1:])
+			if _, path, ok := strings.Cut(l, ":pids:/moat/"); ok {
+				// The init's forking thread may sit in a call's cgroup
+				// (/moat/SLOT/CALL) at this moment: the slot is the
+				// first component.
+				first, _, _ := strings.Cut(path, "/")
+				slot, err := strconv.Atoi(first)
+				if err != nil {
+					t.Fatalf("unexpected pids cgroup %q", l)
+				}
 				// The sandbox's processes, its calls' cgroups included.
 				var pids []int
-				err := filepath.WalkDir(fmt.Sprintf("/sys/fs/cgroup/pids/moat/%d", slot), func(p string, d fs.DirEntry, err error) error {
+				err = filepath.WalkDir(fmt.Sprintf("/sys/fs/cgroup/pids/moat/%d", slot), func(p string, d fs.DirEntry, err error) error {
 					if err != nil || d.Name() != "cgroup.procs" {
 						return err
 					}
