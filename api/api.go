@@ -56,6 +56,14 @@ type CreateSandbox struct {
 	// Network is the sandbox's network; absent means mode none (loopback
 	// only).
 	Network *Network `json:"network,omitempty"`
+	// Template names the template of the sandbox's root filesystem:
+	// "host" (the default: the host's system directories, read-only) or
+	// one imported with `moat template import`. Its env, workdir and
+	// limits are defaults under the request's.
+	Template string `json:"template,omitempty"`
+	// Snapshot starts the sandbox from a snapshot of the caller's (a
+	// fork); Template must then be empty or the snapshot's.
+	Snapshot string `json:"snapshot,omitempty"`
 }
 
 // Network is a sandbox's network.
@@ -118,6 +126,12 @@ type Sandbox struct {
 	Policy *SandboxPolicy `json:"policy,omitempty"`
 	// Network is the sandbox's network as created.
 	Network *Network `json:"network,omitempty"`
+	// Template is the template of its root filesystem.
+	Template string `json:"template"`
+	// Snapshot is the snapshot it was started from or last restored to.
+	Snapshot string `json:"snapshot,omitempty"`
+	// Pooled: it was handed out from a warm pool.
+	Pooled bool `json:"pooled,omitempty"`
 }
 
 // SandboxRef names a sandbox (sandbox.get, sandbox.delete).

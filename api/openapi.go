@@ -615,6 +615,12 @@ func opStatuses(op Op) []int {
 	if slices.Contains(params, "process") {
 		add(404)
 	}
+	if slices.Contains(params, "snapshot") {
+		add(404)
+	}
+	if strings.HasPrefix(op.Name, "snapshot.") || op.Name == OpSandboxRestore || op.Name == OpTemplateList || op.Name == OpSandboxCreate {
+		add(501) // unimplemented: no template store, or no freezer
+	}
 	if strings.HasPrefix(op.Name, "file.") {
 		add(403, 404, 409, 413) // file_error
 	}
@@ -631,6 +637,10 @@ func opStatuses(op Op) []int {
 		add(403, 404, 409) // permission_denied (not an approver); conflict (answered)
 	case OpStdin, OpSignal:
 		add(410)
+	case OpSnapshotDelete:
+		add(409) // conflict: a snapshot or live sandbox uses it
+	case OpSnapshotFork:
+		add(403, 429, 503) // as sandbox.create
 	}
 	var out []int
 	for s := range set {
@@ -1002,8 +1012,16 @@ var opDocs = map[string]string{
 		"Over JSON-RPC the params are a WriteFile with the tar stream in content, base64.",
 	OpFileDownload: "Over JSON-RPC the result is a FileContent with the tar stream in content, base64.",
 	OpAuditQuery:   "Only the caller's tenant's events.",
-	OpApprovalList: "Any token of the tenant may list and follow its approvals. Over JSON-RPC, follow=true sends the events as process.event notifications until the request is cancelled ($/cancelRequest).",
-	OpApprovalGet:  "Another tenant's approval is 404.",
+	OpTemplateList: "The host template (the host's system directories, read-only) is always listed first. Templates are imported with `moat template import` on the daemon's host.",
+	OpSnapshotCreate: "The sandbox is paused (cgroup freezer) while what changed in its root since its last snapshot is copied: the snapshot is layered on that one, or on the snapshot or template the sandbox started from. " +
+		"Process state is not captured (see processes). A sandbox whose workspace is a host directory, or with a writable bind, is 400: a snapshot would miss those files. 501 where the host has no freezer or the server no template store.",
+	OpSandboxRestore: "The sandbox keeps its id, policy, limits and network; its filesystem becomes the snapshot's and every process of it ends (their records go). The snapshot may be of another template.",
+	OpSnapshotList:   "Only the caller's tenant's snapshots, oldest first.",
+	OpSnapshotGet:    "Another tenant's snapshot is 404.",
+	OpSnapshotDelete: "409 conflict while a snapshot is layered on it or a live sandbox (a fork, a restored sandbox) uses it.",
+	OpSnapshotFork:   "All or nothing: if one create fails, the others are deleted and the error is answered. Each create is audited as sandbox.create.",
+	OpApprovalList:   "Any token of the tenant may list and follow its approvals. Over JSON-RPC, follow=true sends the events as process.event notifications until the request is cancelled ($/cancelRequest).",
+	OpApprovalGet:    "Another tenant's approval is 404.",
 	OpApprovalAnswer: "Only approver tokens (role approver in <data>/tokens) and the stdio peer may answer; another token is 403 permission_denied, so an agent cannot approve its own calls. " +
 		"An approval that is no longer pending is 409 conflict. The waiting call then runs (allow) or fails with 403 policy_denied (deny).",
 }

@@ -26,8 +26,8 @@ type Op struct {
 	// Name is the JSON-RPC method and the operation's id in the OpenAPI
 	// document.
 	Name string
-	// Method and Path route it over HTTP; {sandbox} and {process} fill
-	// the request's fields of those names.
+	// Method and Path route it over HTTP; {sandbox}, {process},
+	// {snapshot} and {id} fill the request's fields of those names.
 	Method, Path string
 	// In and Out say how the request and the answer travel over HTTP.
 	In, Out Body
@@ -62,6 +62,13 @@ const (
 	OpFileMove       = "file.move"
 	OpFileUpload     = "file.upload"
 	OpFileDownload   = "file.download"
+	OpSandboxRestore = "sandbox.restore"
+	OpTemplateList   = "template.list"
+	OpSnapshotCreate = "snapshot.create"
+	OpSnapshotList   = "snapshot.list"
+	OpSnapshotGet    = "snapshot.get"
+	OpSnapshotDelete = "snapshot.delete"
+	OpSnapshotFork   = "snapshot.fork"
 	OpAuditQuery     = "audit.query"
 	OpApprovalList   = "approvals.list"
 	OpApprovalGet    = "approvals.get"
@@ -103,6 +110,13 @@ var Ops = []Op{
 	{OpFileMove, "POST", sb + "/files/move", BodyJSON, BodyJSON, "Move or rename a file or directory.", Move{}, OK{}},
 	{OpFileUpload, "PUT", sb + "/archive", BodyRaw, BodyJSON, "Extract a tar stream under a directory.", WriteFile{}, Written{}},
 	{OpFileDownload, "GET", sb + "/archive", BodyNone, BodyRaw, "Download a file or tree as a tar stream.", FilePath{}, FileContent{}},
+	{OpTemplateList, "GET", "/v1/templates", BodyNone, BodyJSON, "List the templates sandboxes can be created from.", ListTemplates{}, TemplateList{}},
+	{OpSnapshotCreate, "POST", sb + "/snapshots", BodyJSON, BodyJSON, "Pause the sandbox and capture its filesystem into an immutable snapshot.", CreateSnapshot{}, Snapshot{}},
+	{OpSandboxRestore, "POST", sb + "/restore", BodyJSON, BodyJSON, "Roll the sandbox's filesystem back to a snapshot of its tenant; every process of it ends.", RestoreSandbox{}, Sandbox{}},
+	{OpSnapshotList, "GET", "/v1/snapshots", BodyNone, BodyJSON, "List the caller's snapshots.", ListSnapshots{}, SnapshotList{}},
+	{OpSnapshotGet, "GET", "/v1/snapshots/{snapshot}", BodyNone, BodyJSON, "Describe one snapshot.", SnapshotRef{}, Snapshot{}},
+	{OpSnapshotDelete, "DELETE", "/v1/snapshots/{snapshot}", BodyNone, BodyJSON, "Delete a snapshot no other snapshot or live sandbox uses.", SnapshotRef{}, Snapshot{}},
+	{OpSnapshotFork, "POST", "/v1/snapshots/{snapshot}/fork", BodyJSON, BodyJSON, "Create count sandboxes (1-64) from a snapshot.", ForkSnapshot{}, SandboxList{}},
 	{OpAuditQuery, "GET", "/v1/audit", BodyNone, BodyJSON, "Query the caller's audit events.", AuditQuery{}, AuditPage{}},
 	{OpApprovalList, "GET", "/v1/approvals", BodyNone, BodyJSON, "List the caller's approvals; with follow=true an NDJSON stream of approval events.", ListApprovals{}, ApprovalList{}},
 	{OpApprovalGet, "GET", "/v1/approvals/{id}", BodyNone, BodyJSON, "Describe one approval.", ApprovalRef{}, Approval{}},

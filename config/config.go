@@ -37,9 +37,25 @@ type Defaults struct {
 	// DNSServer is the "host:port" of the DNS server the egress proxy
 	// asks; "" means the host's resolver (/etc/hosts, /etc/resolv.conf).
 	DNSServer string
+	// StoreDir is the template and snapshot store ("" means
+	// /var/lib/moat/store).
+	StoreDir string
+	// Pools are the daemon's warm pools.
+	Pools []Pool
 	// Source is the file the values came from ("" for built-ins).
 	Source string
 }
+
+// Pool is one warm pool of the daemon: Size sandboxes of Template made
+// under Profile ("" or "trusted": the policy files' profile; "untrusted").
+type Pool struct {
+	Template string
+	Profile  string
+	Size     int
+}
+
+// MaxPoolSize caps one pool.
+const MaxPoolSize = 256
 
 // BuiltIn returns moat's defaults without a config file.
 func BuiltIn() Defaults {
@@ -68,7 +84,23 @@ func BuiltIn() Defaults {
 //
 //	[network]
 //	dns_server = "127.0.0.1:53"  # the egress proxy's resolver; default: the host's
+//
+//	[store]
+//	dir = "/var/lib/moat/store"  # templates and snapshots
+//
+//	[[pool]]                     # one per warm pool of `moat serve`
+//	template = "host"
+//	profile = "trusted"          # or "untrusted"
+//	size = 4
 type file struct {
+	Store struct {
+		Dir *string `toml:"dir"`
+	} `toml:"store"`
+	Pool []struct {
+		Template string `toml:"template"`
+		Profile  string `toml:"profile"`
+		Size     int    `toml:"size"`
+	} `toml:"pool"`
 	Network struct {
 		DNSServer *string `toml:"dns_server"`
 	} `toml:"network"`
@@ -134,6 +166,23 @@ func Parse(name string, b []byte) (Defaults, error) {
 			return d, fmt.Errorf("%w: %s: network.dns_server: want IP:PORT (e.g. 127.0.0.1:53), got %q", ErrInvalid, name, *s)
 		}
 		d.DNSServer = *s
+	}
+	if f.Store.Dir != nil {
+		if *f.Store.Dir == "" || !strings.HasPrefix(*f.Store.Dir, "/") {
+			return d, fmt.Errorf("%w: %s: store.dir: want an absolute path, got %q", ErrInvalid, name, *f.Store.Dir)
+		}
+		d.StoreDir = *f.Store.Dir
+	}
+	for i, p := range f.Pool {
+		switch {
+		case p.Template == "":
+			return d, fmt.Errorf("%w: %s: pool %d: template is required", ErrInvalid, name, i+1)
+		case p.Profile != "" && p.Profile != "trusted" && p.Profile != "untrusted":
+			return d, fmt.Errorf("%w: %s: pool %d: profile %q (want trusted or untrusted)", ErrInvalid, name, i+1, p.Profile)
+		case p.Size < 1 || p.Size > MaxPoolSize:
+			return d, fmt.Errorf("%w: %s: pool %d: size %d (want 1 to %d)", ErrInvalid, name, i+1, p.Size, MaxPoolSize)
+		}
+		d.Pools = append(d.Pools, Pool{Template: p.Template, Profile: p.Profile, Size: p.Size})
 	}
 	l := f.Limits
 	bad := func(key string, err error) error {

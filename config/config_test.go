@@ -71,3 +71,24 @@ func TestLoad(t *testing.T) {
 		t.Fatalf("MOAT_CONFIG: %+v %v", d, err)
 	}
 }
+
+func TestStoreAndPools(t *testing.T) {
+	d, err := Parse("c.toml", []byte("[store]\ndir = \"/srv/moat\"\n[[pool]]\ntemplate = \"host\"\nsize = 2\n[[pool]]\ntemplate = \"py\"\nprofile = \"untrusted\"\nsize = 1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.StoreDir != "/srv/moat" || len(d.Pools) != 2 || d.Pools[1] != (Pool{Template: "py", Profile: "untrusted", Size: 1}) {
+		t.Fatalf("got %+v", d)
+	}
+	for _, bad := range []string{
+		"[store]\ndir = \"rel\"\n",
+		"[[pool]]\nsize = 1\n",
+		"[[pool]]\ntemplate = \"host\"\nsize = 0\n",
+		"[[pool]]\ntemplate = \"host\"\nsize = 1\nprofile = \"root\"\n",
+		"[[pool]]\ntemplate = \"host\"\nsize = 1\ncount = 2\n",
+	} {
+		if _, err := Parse("c.toml", []byte(bad)); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%q: got %v, want ErrInvalid", bad, err)
+		}
+	}
+}

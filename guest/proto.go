@@ -85,8 +85,8 @@ type Phase struct {
 // Setup tells the agent how to build the sandbox's root filesystem.
 type Setup struct {
 	Hostname string `json:"hostname"`
-	// DiskBytes sizes the one tmpfs that holds /tmp, home, /dev/shm and
-	// an in-memory workspace.
+	// DiskBytes is the size of the scratch tmpfs (the host made it) that
+	// holds the root's upper layer and /dev/shm.
 	DiskBytes int64 `json:"disk_bytes"`
 	// UID and GID of the sandbox user (inside the user namespace).
 	UID int `json:"uid"`
@@ -102,11 +102,20 @@ type Setup struct {
 	// there after starting each process in the cgroup of its call
 	// (Exec.CallCgroup).
 	CallCgroups bool `json:"call_cgroups,omitempty"`
-	// MemoryWorkspace mounts a tmpfs at /workspace owned by the sandbox user.
+	// MemoryWorkspace: /workspace is the root overlay's own directory
+	// (owned by the sandbox user) rather than a host tree.
 	MemoryWorkspace bool `json:"memory_workspace,omitempty"`
+	// Layers is the number of descriptors after the mount trees: the
+	// root overlay's lower layers, top first, each a detached idmapped
+	// read-only mount. The one after them is the scratch tmpfs (a
+	// detached mount holding "upper", "work" and "shm").
+	Layers int `json:"layers"`
+	// HostSystem binds the host's system directories read-only and
+	// mounts the /etc overlay (EtcLayer over the host's /etc) on the root.
+	HostSystem bool `json:"host_system,omitempty"`
 	// EtcLayer is the host directory stacked over the host's /etc
 	// (identity files, whiteouts of secrets), prepared by the host.
-	EtcLayer string `json:"etc_layer"`
+	EtcLayer string `json:"etc_layer,omitempty"`
 	// Seccomp is the assembled seccomp-BPF program, 8 bytes per
 	// instruction in the kernel's sock_filter layout (native endian).
 	Seccomp []byte `json:"seccomp"`

@@ -197,6 +197,28 @@ func (g *GaugeFunc) write(w io.Writer) {
 	fmt.Fprintf(w, "%s %s\n", g.name, formatFloat(g.fn()))
 }
 
+// GaugeVecFunc is a labelled gauge family whose series are produced when
+// metrics are written: fn calls emit once per series.
+type GaugeVecFunc struct {
+	meta
+	fn func(emit func(v float64, values ...string))
+}
+
+// NewGaugeVecFunc registers a labelled gauge family computed by fn.
+func (r *Registry) NewGaugeVecFunc(name, help string, fn func(emit func(v float64, values ...string)), labels ...string) *GaugeVecFunc {
+	g := &GaugeVecFunc{meta: meta{name: name, help: help, labels: labels}, fn: fn}
+	r.add(g)
+	return g
+}
+
+func (g *GaugeVecFunc) write(w io.Writer) {
+	g.header(w, "gauge")
+	g.fn(func(v float64, values ...string) {
+		g.check(values)
+		fmt.Fprintf(w, "%s%s %s\n", g.name, g.labelString(values), formatFloat(v))
+	})
+}
+
 // HistogramVec is a family of histograms with fixed bucket bounds.
 type HistogramVec struct {
 	meta

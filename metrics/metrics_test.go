@@ -80,3 +80,17 @@ func TestWrongLabelCountPanics(t *testing.T) {
 	}()
 	c.Inc("only one")
 }
+
+func TestGaugeVecFunc(t *testing.T) {
+	r := NewRegistry()
+	r.NewGaugeVecFunc("moat_pool_ready", "Ready.", func(emit func(float64, ...string)) {
+		emit(3, "host", "trusted")
+		emit(0, "py", "untrusted")
+	}, "template", "profile")
+	var b strings.Builder
+	r.WritePrometheus(&b)
+	want := "moat_pool_ready{template=\"host\",profile=\"trusted\"} 3\nmoat_pool_ready{template=\"py\",profile=\"untrusted\"} 0\n"
+	if !strings.Contains(b.String(), want) {
+		t.Fatalf("got %q", b.String())
+	}
+}

@@ -82,7 +82,9 @@ type Enforcement struct {
 	Capabilities string `json:"capabilities"`
 	Network      string `json:"network"`
 	PivotRoot    bool   `json:"pivot_root"`
-	ReadOnlyRoot bool   `json:"read_only_root"`
+	// RootFS describes the root filesystem: an overlay of read-only
+	// idmapped layers (template, snapshots) under a private upper layer.
+	RootFS string `json:"rootfs,omitempty"`
 	MaskedProc   bool   `json:"masked_proc"`
 	// CallTree says what a call's timeout or cancel kills in this
 	// sandbox: the whole sandbox (one-shot), the call's cgroup (every

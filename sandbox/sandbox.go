@@ -34,6 +34,15 @@ type Spec struct {
 	// Network is none (loopback only, the default), proxy (the egress
 	// proxy is the only way out) or open.
 	Network Network `json:"network"`
+	// Env is added to the default environment of every process (a
+	// template's defaults); a process's own Env wins. KEY=VALUE.
+	Env []string `json:"env,omitempty"`
+	// Workdir is the default working directory of processes; default
+	// /workspace.
+	Workdir string `json:"workdir,omitempty"`
+	// Root is the root filesystem; nil means the host template with no
+	// layers of its own (still an overlay with a private upper layer).
+	Root *RootFS `json:"root,omitempty"`
 }
 
 // RestrictMode says how a Restriction narrows its path.

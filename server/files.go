@@ -35,7 +35,7 @@ func (s *Service) fileOp(ctx context.Context, c Caller, in *input, kind, id stri
 	var resp, summary any
 	err = s.judgePaths(ctx, c, m, &in.verdicts, kind, write, paths...)
 	if err == nil {
-		resp, summary, err = f(ctx, m, m.sb.Files())
+		resp, summary, err = f(ctx, m, m.box().Files())
 	}
 	in.recorded = true
 	ev := audit.Event{Kind: kind, Tenant: c.Tenant, Actor: c.Actor, Sandbox: id, Decision: audit.DecisionAllow, Request: mustJSON(auditRequest(in.req))}

@@ -213,7 +213,7 @@ func (s *Service) httpInput(w http.ResponseWriter, r *http.Request, op api.Op) (
 		in.body = http.MaxBytesReader(w, r.Body, s.cfg.MaxFileBytes)
 	}
 	pathVals := map[string]string{}
-	for _, name := range []string{"sandbox", "process", "id"} {
+	for _, name := range []string{"sandbox", "process", "snapshot", "id"} {
 		if v := r.PathValue(name); v != "" {
 			pathVals[name] = v
 		}

@@ -23,6 +23,8 @@ type serverMetrics struct {
 	auditErrors *metrics.CounterVec
 	decisions   *metrics.CounterVec
 	proxy       *metrics.CounterVec
+	snapshots   *metrics.CounterVec
+	poolEvents  *metrics.CounterVec
 }
 
 func newMetrics(s *Service) *serverMetrics {
@@ -35,7 +37,15 @@ func newMetrics(s *Service) *serverMetrics {
 	r.NewGaugeFunc("moat_approvals_pending", "Approvals waiting for an answer now.", func() float64 {
 		return float64(s.approvals.pendingCount())
 	})
+	r.NewGaugeVecFunc("moat_pool_ready", "Warm sandboxes ready to be claimed, by pool.", func(emit func(float64, ...string)) {
+		s.pools.each(func(p PoolConfig, ready int) { emit(float64(ready), p.Template, p.Profile) })
+	}, "template", "profile")
+	r.NewGaugeVecFunc("moat_pool_size", "Configured size of each warm pool.", func(emit func(float64, ...string)) {
+		s.pools.each(func(p PoolConfig, _ int) { emit(float64(p.Size), p.Template, p.Profile) })
+	}, "template", "profile")
 	return &serverMetrics{
+		snapshots:   r.NewCounter("moat_snapshots_total", "Snapshots taken."),
+		poolEvents:  r.NewCounter("moat_pool_events_total", "Warm pool events: created, fill_error, hit, miss, unhealthy.", "template", "event"),
 		reg:         r,
 		created:     r.NewCounter("moat_sandboxes_created_total", "Sandboxes created."),
 		ended:       r.NewCounter("moat_sandboxes_ended_total", "Sandboxes ended, by reason.", "reason"),

@@ -439,7 +439,7 @@ func eventsOf(t *testing.T, b []byte) []api.Event {
 
 func TestOpenAPIConformance(t *testing.T) {
 	doc := oaLoad(t)
-	h := newHarness(t, nil)
+	h := newHarness(t, withLayers(t))
 	rn := &oaRunner{t: t, h: h, doc: doc, covered: map[string]bool{}}
 
 	// Sandboxes.
@@ -611,6 +611,37 @@ func TestOpenAPIConformance(t *testing.T) {
 	rn.call(oaCall{op: api.OpExec, vals: in, body: api.Exec{Args: []string{"true"}, Concurrent: true}})
 	if r := <-done; r.status != http.StatusOK {
 		t.Errorf("the first exec: %d %s", r.status, r.body)
+	}
+
+	// Templates and snapshots: capture, list, restore, fork, delete.
+	rn.call(oaCall{op: api.OpTemplateList, check: func(t *testing.T, r reply) {
+		var l api.TemplateList
+		r.decode(t, &l)
+		if len(l.Templates) != 1 || l.Templates[0].Name != "host" {
+			t.Errorf("templates: %s", r.body)
+		}
+	}})
+	var snap api.Snapshot
+	rn.call(oaCall{op: api.OpSnapshotCreate, vals: in, body: api.CreateSnapshot{}, check: func(t *testing.T, r reply) { r.decode(t, &snap) }})
+	if snap.ID == "" {
+		t.Fatal("no snapshot")
+	}
+	sin := map[string]string{"snapshot": snap.ID}
+	rn.call(oaCall{op: api.OpSnapshotList})
+	rn.call(oaCall{op: api.OpSnapshotGet, vals: sin})
+	rn.call(oaCall{op: api.OpSnapshotGet, vals: map[string]string{"snapshot": "snap-00000000000000000000"}, want: http.StatusNotFound})
+	rn.call(oaCall{op: api.OpSandboxRestore, vals: in, body: api.RestoreSandbox{Snapshot: snap.ID}})
+	rn.call(oaCall{op: api.OpSandboxRestore, vals: in, body: api.RestoreSandbox{}, want: http.StatusBadRequest})
+	var forks api.SandboxList
+	rn.call(oaCall{op: api.OpSnapshotFork, vals: sin, body: api.ForkSnapshot{Count: 1, Sandbox: api.CreateSandbox{Labels: map[string]string{"fork": "1"}}},
+		check: func(t *testing.T, r reply) { r.decode(t, &forks) }})
+	rn.call(oaCall{op: api.OpSnapshotFork, vals: sin, body: api.ForkSnapshot{Count: 100}, want: http.StatusBadRequest})
+	rn.call(oaCall{op: api.OpSnapshotDelete, vals: sin, want: http.StatusConflict})
+	if len(forks.Sandboxes) == 1 {
+		var child api.Snapshot
+		fin := map[string]string{"sandbox": forks.Sandboxes[0].ID}
+		rn.call(oaCall{op: api.OpSnapshotCreate, vals: fin, body: api.CreateSnapshot{}, check: func(t *testing.T, r reply) { r.decode(t, &child) }})
+		rn.call(oaCall{op: api.OpSnapshotDelete, vals: map[string]string{"snapshot": child.ID}})
 	}
 
 	// Audit: the caller's events; env values are never recorded.

@@ -194,7 +194,7 @@ func (s *Service) exec(ctx context.Context, c Caller, in *input) (any, error) {
 		return nil, fmt.Errorf("record call: %w", err)
 	}
 	start := time.Now()
-	res, err := m.sb.Exec(ctx, p)
+	res, err := m.box().Exec(ctx, p)
 	s.finishCall(c, m, callID, "process.exec", req, in.verdicts, res, err, time.Since(start))
 	in.recorded = true
 	if err != nil && !isSetupOnly(err) {
@@ -292,7 +292,7 @@ func (s *Service) start(ctx context.Context, c Caller, in *input) (any, error) {
 	if err := s.newCall(ctx, c, m, pr.callID, "start", req.Args); err != nil {
 		return nil, fmt.Errorf("record call: %w", err)
 	}
-	handle, err := m.sb.Start(ctx, p)
+	handle, err := m.box().Start(ctx, p)
 	if err != nil {
 		pr.stdin.Close()
 		s.finishCall(c, m, pr.callID, "process.start", req, in.verdicts, nil, err, time.Since(pr.started))

@@ -8,17 +8,27 @@ import (
 
 	"github.com/moat-sandbox/moat/api"
 	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/rootfs"
 	"github.com/moat-sandbox/moat/sandbox"
 	"github.com/moat-sandbox/moat/store"
 )
 
 // managed is one live sandbox of the service.
 type managed struct {
-	sb     sandbox.Sandbox
 	tenant string
 	pol    *sandboxPolicy
+	// spec is what the sandbox was created with (after its policy), for
+	// a restore; netMode its network mode.
+	spec    *sandbox.Spec
+	netMode sandbox.NetMode
+
+	// rootMu serializes snapshots and restores of the sandbox; lineage
+	// (under it) is what its next snapshot is relative to.
+	rootMu  sync.Mutex
+	lineage *rootfs.Lineage
 
 	mu         sync.Mutex
+	sb         sandbox.Sandbox // replaced by a restore: read it with box()
 	info       api.Sandbox
 	lastActive time.Time
 	active     int // calls in flight
@@ -43,6 +53,13 @@ func (m *managed) snapshot() api.Sandbox {
 		}
 	}
 	return info
+}
+
+// box is the sandbox's current runtime instance.
+func (m *managed) box() sandbox.Sandbox {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.sb
 }
 
 // enter marks a call in flight; the sandbox is not idle while one runs.
@@ -184,36 +201,92 @@ func (s *Service) doCreate(ctx context.Context, c Caller, req *api.CreateSandbox
 		s.mu.Unlock()
 	}()
 
+	b, err := s.buildSpec(c, req)
+	if err != nil {
+		return nil, err
+	}
+	return s.launch(ctx, c, req, b, timeout, idle)
+}
+
+// built is a create request made into a spec under its policy.
+type built struct {
+	spec    *sandbox.Spec
+	pol     *sandboxPolicy
+	netMode sandbox.NetMode
+	tmpl    *rootfs.Template
+	snap    *rootfs.Snapshot // the sandbox starts from it (a fork), or nil
+}
+
+// buildSpec resolves the request's template or snapshot, fills the
+// template's defaults and compiles the policy into the spec.
+func (s *Service) buildSpec(c Caller, req *api.CreateSandbox) (*built, error) {
 	netMode, netDeny, err := netRequest(req.Network)
 	if err != nil {
 		return nil, err
 	}
-	spec := &sandbox.Spec{Workspace: req.Workspace, Binds: req.Binds, Hostname: req.Hostname, Limits: req.Limits}
-	pol, spec, err := s.loadPolicy(req, spec, netDeny)
-	var bind *netBinding
-	if err == nil {
-		bind, err = s.attachNetwork(netMode, pol, spec)
+	tmpl, snap, root, err := s.resolveRoot(c, req.Template, req.Snapshot)
+	if err != nil {
+		return nil, err
 	}
+	spec := &sandbox.Spec{Workspace: req.Workspace, Binds: req.Binds, Hostname: req.Hostname,
+		Limits: withDefaults(req.Limits, tmpl.Limits), Root: root, Env: tmpl.Env, Workdir: tmpl.Workdir}
+	pol, spec, err := s.loadPolicy(req, spec, netDeny)
 	if err != nil {
 		if api.AsError(err).Code == api.CodePolicyDenied {
 			s.metrics.denied("policy")
 		}
 		return nil, err
 	}
-	sb, err := s.cfg.Runtime.Create(ctx, spec)
+	return &built{spec: spec, pol: pol, netMode: netMode, tmpl: tmpl, snap: snap}, nil
+}
+
+// withDefaults fills the zero fields of l from def.
+func withDefaults(l, def sandbox.Limits) sandbox.Limits {
+	if l.MemoryBytes == 0 {
+		l.MemoryBytes = def.MemoryBytes
+	}
+	if l.CPUs == 0 {
+		l.CPUs = def.CPUs
+	}
+	if l.Pids == 0 {
+		l.Pids = def.Pids
+	}
+	if l.DiskBytes == 0 {
+		l.DiskBytes = def.DiskBytes
+	}
+	return l
+}
+
+// launch starts the sandbox b describes, from a warm pool when one holds
+// a sandbox made exactly so, and registers it.
+func (s *Service) launch(ctx context.Context, c Caller, req *api.CreateSandbox, b *built, timeout, idle time.Duration) (*api.Sandbox, error) {
+	bind, err := s.attachNetwork(b.netMode, b.pol, b.spec)
 	if err != nil {
+		if api.AsError(err).Code == api.CodePolicyDenied {
+			s.metrics.denied("policy")
+		}
 		return nil, err
+	}
+	sb, pooled := s.pools.claim(ctx, b)
+	if sb == nil {
+		if sb, err = s.cfg.Runtime.Create(ctx, b.spec); err != nil {
+			return nil, err
+		}
 	}
 	now := time.Now()
 	enf := sandboxEnforcement(sb, s.cfg.Runtime)
 	m := &managed{
-		sb: sb, tenant: c.Tenant, pol: pol, lastActive: now, procs: map[uint64]*proc{}, endDone: make(chan struct{}),
+		sb: sb, tenant: c.Tenant, pol: b.pol, spec: b.spec, netMode: b.netMode, lineage: rootfs.NewLineage(b.tmpl, b.snap),
+		lastActive: now, procs: map[uint64]*proc{}, endDone: make(chan struct{}),
 		info: api.Sandbox{
 			ID: sb.ID(), Tenant: c.Tenant, State: api.StateRunning, CreatedAt: now,
 			TimeoutMs: millis(timeout), IdleTimeoutMs: millis(idle), Workspace: req.Workspace,
-			Hostname: req.Hostname, Labels: req.Labels, Enforcement: enf, Policy: pol.report,
-			Network: &api.Network{Mode: string(netMode)},
+			Hostname: req.Hostname, Labels: req.Labels, Enforcement: enf, Policy: b.pol.report,
+			Network: &api.Network{Mode: string(b.netMode)}, Template: b.tmpl.Name, Pooled: pooled,
 		},
+	}
+	if b.snap != nil {
+		m.info.Snapshot = b.snap.ID
 	}
 	if req.Network != nil {
 		m.info.Network.AllowDomains, m.info.Network.DenyDomains = req.Network.AllowDomains, req.Network.DenyDomains
@@ -255,13 +328,22 @@ func sandboxEnforcement(sb sandbox.Sandbox, rt sandbox.Runtime) *sandbox.Enforce
 	return &v
 }
 
-// watch marks the sandbox stopped if its init ends on its own.
+// watch marks the sandbox stopped if its init ends on its own (not the
+// instance a restore replaced).
 func (s *Service) watch(m *managed) {
 	defer s.tasks.Done()
-	select {
-	case <-m.sb.Done():
-		s.end(context.Background(), m, api.EndExited, Caller{Actor: "system"})
-	case <-m.endDone:
+	for {
+		sb := m.box()
+		select {
+		case <-sb.Done():
+			if m.box() != sb {
+				continue
+			}
+			s.end(context.Background(), m, api.EndExited, Caller{Actor: "system"})
+			return
+		case <-m.endDone:
+			return
+		}
 	}
 }
 
@@ -279,7 +361,7 @@ func (s *Service) end(ctx context.Context, m *managed, reason string, c Caller) 
 		start := time.Now()
 		// The kill and the wait for the init are quick and must finish
 		// before the uid range is released, even if the caller has gone.
-		err := m.sb.Shutdown(context.WithoutCancel(ctx))
+		err := m.box().Shutdown(context.WithoutCancel(ctx))
 		s.mu.Lock()
 		delete(s.sandboxes, m.info.ID)
 		s.mu.Unlock()

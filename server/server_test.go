@@ -376,7 +376,7 @@ func TestTokensFile(t *testing.T) {
 // TestBadInput: malformed requests get a 4xx JSON error, never a 5xx, and
 // leave no sandbox behind.
 func TestBadInput(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newHarness(t, withLayers(t))
 	id := h.create(tokenA, api.CreateSandbox{})
 	base := "/v1/sandboxes/" + id
 	cases := []struct {
@@ -462,7 +462,7 @@ func TestBadInput(t *testing.T) {
 	}
 	// Random garbage on every route: never a 5xx.
 	for _, op := range api.Ops {
-		path := strings.NewReplacer("{sandbox}", id, "{process}", "1").Replace(op.Path)
+		path := strings.NewReplacer("{sandbox}", id, "{process}", "1", "{snapshot}", "snap-00000000000000000000").Replace(op.Path)
 		for _, body := range []string{"", "{", "null", `{"args":1}`, `{"path":["x"]}`, "\x00\xff"} {
 			for _, q := range []string{"", "?path=%00", "?after=18446744073709551616", "?follow=maybe"} {
 				var b any

@@ -27,6 +27,7 @@ import (
 	"github.com/moat-sandbox/moat/api"
 	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/netproxy"
+	"github.com/moat-sandbox/moat/rootfs"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/sandbox"
 	"github.com/moat-sandbox/moat/store"
@@ -79,6 +80,15 @@ type Config struct {
 	KeepStopped   time.Duration
 	// RequestTimeout bounds HTTP requests (default RequestTimeout).
 	RequestTimeout time.Duration
+	// Layers is the template and snapshot store; nil serves the host
+	// template only, without snapshots.
+	Layers *rootfs.Store
+	// Pools are the warm pools to keep filled (they need Layers for any
+	// template but host).
+	Pools []PoolConfig
+	// OnPoolReady, if set, is called after a warm pool has gained a
+	// ready sandbox (tests).
+	OnPoolReady func(template string)
 	// OnEnd, if set, is called after a sandbox has ended (tests).
 	OnEnd func(id, reason string)
 
@@ -118,6 +128,9 @@ type Service struct {
 	ops       map[string]handler
 	approvals *approvals
 	proxy     *netproxy.Proxy // the egress proxy of every sandbox in network mode proxy
+	pools     *pools          // set by Start
+	criuOnce  sync.Once
+	criu      string // snapshots' Processes field
 
 	mu        sync.Mutex
 	sandboxes map[string]*managed
@@ -226,6 +239,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if len(lost) > 0 || calls > 0 {
 		s.log.Info("reconciled after restart", "sandboxes_lost", len(lost), "calls_lost", calls)
 	}
+	s.pools = s.startPools(s.cfg.Pools)
 	go s.pruneLoop()
 	return nil
 }
@@ -244,6 +258,7 @@ func (s *Service) Close(ctx context.Context) error {
 		all = append(all, m)
 	}
 	s.mu.Unlock()
+	s.pools.close()
 	close(s.stop)
 	<-s.pruneEnd
 	var wg sync.WaitGroup

@@ -69,6 +69,11 @@ func findCgroups() *cgroupLayout {
 		}
 		_, err := os.Stat(filepath.Join(l.mounts["memory"], "memory.memsw.limit_in_bytes"))
 		l.swapLimit = err == nil
+		// The freezer pauses a sandbox for a snapshot; without it
+		// sandboxes work and snapshots are refused (ErrNoFreezer).
+		if mnt, err := cgroups.FindCgroupMountpoint("", "freezer"); err == nil {
+			l.mounts["freezer"] = mnt
+		}
 	}
 	if b, err := os.ReadFile("/proc/swaps"); err == nil {
 		l.swapOn = strings.Count(strings.TrimSpace(string(b)), "\n") > 0
@@ -114,29 +119,12 @@ func newCgroup(l *cgroupLayout, slot int, lim sandbox.Limits, always bool) (*san
 	if l.err != nil {
 		return nil, l.err
 	}
-	res := &cgroups.Resources{SkipDevices: true}
-	if lim.MemoryBytes > 0 {
-		res.Memory = lim.MemoryBytes
-		switch {
-		case l.swapLimit:
-			res.MemorySwap = lim.MemoryBytes // memory+swap == memory: no swap
-		case l.swapOn:
-			return nil, fmt.Errorf("%w: the host has swap but the kernel cannot limit it per cgroup (swap accounting is off), so --memory cannot keep the sandbox out of swap", sandbox.ErrUnsupported)
-		}
-	}
-	if lim.CPUs > 0 {
-		res.CpuPeriod = cpuPeriod
-		res.CpuQuota = int64(lim.CPUs * cpuPeriod)
-	}
-	if lim.Pids > 0 {
-		pids := lim.Pids
-		res.PidsLimit = &pids
+	res, err := l.resources(lim, false)
+	if err != nil {
+		return nil, err
 	}
 	cg := &cgroups.Cgroup{Resources: res}
-	var (
-		mgr cgroups.Manager
-		err error
-	)
+	var mgr cgroups.Manager
 	if l.v2 {
 		mgr, err = fs2.NewManager(cg, paths[""])
 	} else {
@@ -157,6 +145,79 @@ func newCgroup(l *cgroupLayout, slot int, lim sandbox.Limits, always bool) (*san
 	return c, nil
 }
 
+// resources turns lim into cgroup settings. With unset, a zero field is
+// written as "no limit" (replacing limits in force) instead of left alone.
+func (l *cgroupLayout) resources(lim sandbox.Limits, unset bool) (*cgroups.Resources, error) {
+	res := &cgroups.Resources{SkipDevices: true}
+	if lim.MemoryBytes > 0 {
+		res.Memory = lim.MemoryBytes
+		switch {
+		case l.swapLimit:
+			res.MemorySwap = lim.MemoryBytes // memory+swap == memory: no swap
+		case l.swapOn:
+			return nil, fmt.Errorf("%w: the host has swap but the kernel cannot limit it per cgroup (swap accounting is off), so --memory cannot keep the sandbox out of swap", sandbox.ErrUnsupported)
+		}
+	} else if unset {
+		res.Memory = -1
+		if l.swapLimit {
+			res.MemorySwap = -1
+		}
+	}
+	if lim.CPUs > 0 {
+		res.CpuPeriod = cpuPeriod
+		res.CpuQuota = int64(lim.CPUs * cpuPeriod)
+	} else if unset {
+		res.CpuPeriod = cpuPeriod
+		res.CpuQuota = -1
+	}
+	if lim.Pids > 0 || unset {
+		pids := lim.Pids
+		if pids <= 0 {
+			pids = -1
+		}
+		res.PidsLimit = &pids
+	}
+	return res, nil
+}
+
+// setLimits replaces the limits in force.
+func (c *sandboxCgroup) setLimits(l *cgroupLayout, lim sandbox.Limits) error {
+	if c == nil {
+		return errNoCgroup
+	}
+	res, err := l.resources(lim, true)
+	if err != nil {
+		return err
+	}
+	if err := c.mgr.Set(res); err != nil {
+		return fmt.Errorf("set cgroup limits: %w", err)
+	}
+	return nil
+}
+
+// freeze pauses (true) or resumes (false) every process of the cgroup.
+func (c *sandboxCgroup) freeze(on bool) error {
+	if c == nil {
+		return errNoCgroup
+	}
+	if c.paths[""] == "" && c.paths["freezer"] == "" {
+		return sandbox.ErrNoFreezer
+	}
+	state := cgroups.Thawed
+	if on {
+		state = cgroups.Frozen
+	}
+	return c.mgr.Freeze(state)
+}
+
+// thawV1 resumes a v1 freezer cgroup: frozen processes do not die of
+// SIGKILL until thawed, so a cgroup is thawed before it is killed.
+func thawV1(paths map[string]string) {
+	if p := paths["freezer"]; p != "" {
+		_ = cgroups.WriteFile(p, "freezer.state", string(cgroups.Thawed))
+	}
+}
+
 // taskFDs returns, on cgroup v1, the cgroup's "tasks" files opened for
 // writing by the host: the init's main thread writes "0" to each, moving
 // itself alone (joinSelf). That thread forks every sandbox process, so they
@@ -171,7 +232,12 @@ func (c *sandboxCgroup) taskFDs() ([]int, error) {
 		return nil, nil
 	}
 	var fds []int
-	for _, ctrl := range v1Controllers {
+	ctrls := v1Controllers
+	if c.paths["freezer"] != "" {
+		// pids stays last: the agent keeps the last one (CallCgroups).
+		ctrls = append([]string{"freezer"}, v1Controllers...)
+	}
+	for _, ctrl := range ctrls {
 		f, err := cgroups.OpenFile(c.paths[ctrl], "tasks", unix.O_WRONLY)
 		if err != nil {
 			closeFDs(fds)
@@ -261,8 +327,10 @@ func (c *sandboxCgroup) destroy() {
 	})
 }
 
-// killCgroup SIGKILLs every process found in the cgroup directories.
+// killCgroup SIGKILLs every process found in the cgroup directories
+// (thawed first: see thawV1).
 func killCgroup(paths map[string]string) {
+	thawV1(paths)
 	for _, p := range paths {
 		pids, err := cgroups.GetAllPids(p)
 		if err != nil {

@@ -58,47 +58,66 @@ func etcLayer(stateDir, hostname string, uid, gid int, hostDNS bool) (string, er
 	if hostDNS {
 		delete(files, "resolv.conf")
 	}
-	// A content name, not a security boundary: FNV keeps crypto out of
-	// the start-up path of every moat process.
+	name := contentName("v"+etcLayerVersion, hostname, fmt.Sprint(uid), fmt.Sprint(gid), fmt.Sprint(hostDNS), strings.Join(present, "\x00"))
+	return buildOnce(filepath.Join(stateDir, "etc"), name, func(tmp string) error {
+		for name, content := range files {
+			if err := os.WriteFile(filepath.Join(tmp, name), []byte(content), 0o644); err != nil {
+				return err
+			}
+		}
+		for _, name := range present {
+			p := filepath.Join(tmp, name)
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				return err
+			}
+			// A 0/0 character device is an overlayfs whiteout.
+			if err := unix.Mknod(p, unix.S_IFCHR, 0); err != nil {
+				return fmt.Errorf("whiteout %s: %w", name, err)
+			}
+		}
+		return nil
+	})
+}
+
+// contentName names content by a hash of its parts. A name, not a security
+// boundary: FNV keeps crypto out of the start-up path of every moat process.
+func contentName(parts ...string) string {
 	h := fnv.New128a()
-	fmt.Fprintf(h, "v%s\x00%s\x00%d\x00%d\x00%t\x00%s", etcLayerVersion, hostname, uid, gid, hostDNS, strings.Join(present, "\x00"))
-	dir := filepath.Join(stateDir, "etc", hex.EncodeToString(h.Sum(nil)))
+	for _, p := range parts {
+		fmt.Fprintf(h, "%d:%s\x00", len(p), p)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// buildOnce returns parent/name, first building it if it does not exist:
+// build fills a temporary directory (mode 0755) that is then renamed into
+// place, so a half-built directory is never used and concurrent builders
+// agree. The init resolves parent/name as an unprivileged host uid: every
+// directory on the way is searchable, nothing in them is writable.
+func buildOnce(parent, name string, build func(dir string) error) (string, error) {
+	dir := filepath.Join(parent, name)
 	if _, err := os.Stat(dir); err == nil {
 		return dir, nil
 	}
-	// The init resolves this path as an unprivileged host uid: every
-	// directory on the way is searchable, nothing in it is writable.
-	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
+	if err := os.MkdirAll(parent, 0o711); err != nil {
 		return "", err
 	}
-	if err := os.Chmod(stateDir, 0o711); err != nil {
+	if err := os.Chmod(filepath.Dir(parent), 0o711); err != nil {
 		return "", err
 	}
-	tmp, err := os.MkdirTemp(filepath.Dir(dir), ".tmp-")
+	tmp, err := os.MkdirTemp(parent, ".tmp-")
 	if err != nil {
 		return "", err
 	}
 	defer os.RemoveAll(tmp) // a no-op once renamed
+	if err := build(tmp); err != nil {
+		return "", err
+	}
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return "", err
 	}
-	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(tmp, name), []byte(content), 0o644); err != nil {
-			return "", err
-		}
-	}
-	for _, name := range present {
-		p := filepath.Join(tmp, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return "", err
-		}
-		// A 0/0 character device is an overlayfs whiteout.
-		if err := unix.Mknod(p, unix.S_IFCHR, 0); err != nil {
-			return "", fmt.Errorf("whiteout %s: %w", name, err)
-		}
-	}
 	if err := os.Rename(tmp, dir); err != nil {
-		// Another moat built the same layer first.
+		// Another moat built the same directory first.
 		if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY) {
 			return dir, nil
 		}

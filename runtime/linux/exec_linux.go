@@ -214,8 +214,15 @@ func (c *call) request() (*guest.Exec, error) {
 		return nil, fmt.Errorf("%w: output limit must not be negative", sandbox.ErrInvalidSpec)
 	}
 	base := defaultEnv()
-	if c.s.netMode == sandbox.NetProxy {
+	c.s.mu.Lock()
+	netMode := c.s.netMode
+	c.s.mu.Unlock()
+	if netMode == sandbox.NetProxy {
 		base = append(base, sandbox.ProxyEnv()...)
+	}
+	base, err := mergeEnv(base, c.s.env)
+	if err != nil {
+		return nil, err
 	}
 	env, err := mergeEnv(base, p.Env)
 	if err != nil {
@@ -223,7 +230,7 @@ func (c *call) request() (*guest.Exec, error) {
 	}
 	cwd := p.Cwd
 	if cwd == "" {
-		cwd = workspaceDir
+		cwd = c.s.workdir
 	}
 	if !filepath.IsAbs(cwd) {
 		return nil, fmt.Errorf("%w: cwd %q is not absolute", sandbox.ErrInvalidSpec, cwd)

@@ -80,15 +80,22 @@ func (f *sandboxFiles) begin(ctx context.Context, op *guest.FileOp, path string)
 	if f.s.closing.Load() {
 		return nil, c.closedErr(nil)
 	}
+	// A capture (snapshot) waits for file operations in flight, and
+	// they for it: the init runs them outside the frozen cgroup.
+	f.s.capture.RLock()
 	id, ch, err := f.s.register()
 	if err != nil {
+		f.s.capture.RUnlock()
 		return nil, c.closedErr(err)
 	}
 	c.id, c.ch = id, ch
 	return c, nil
 }
 
-func (c *fileCall) end() { c.s.unregister(c.id) }
+func (c *fileCall) end() {
+	c.s.unregister(c.id)
+	c.s.capture.RUnlock()
+}
 
 // closedErr: the sandbox is shut down or its init is gone.
 func (c *fileCall) closedErr(cause error) error {

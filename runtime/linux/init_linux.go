@@ -88,12 +88,15 @@ func initSandbox(conn *guest.Conn) (*guest.Setup, int, error) {
 		return nil, -1, stageErr("receive setup", fmt.Errorf("unexpected message %q", m.Type))
 	}
 	s := m.Setup
-	if s.CgroupJoinFDs < 0 || len(fds) != len(s.Mounts)+s.CgroupJoinFDs {
+	// Descriptors: mount trees, root layers, the scratch tmpfs, cgroup
+	// files.
+	nMount := len(s.Mounts) + s.Layers + 1
+	if s.CgroupJoinFDs < 0 || s.Layers < 1 || len(fds) != nMount+s.CgroupJoinFDs {
 		closeFDs(fds)
-		return nil, -1, stageErr("receive setup", fmt.Errorf("%d descriptors for %d mounts and %d cgroup files", len(fds), len(s.Mounts), s.CgroupJoinFDs))
+		return nil, -1, stageErr("receive setup", fmt.Errorf("%d descriptors for %d mounts, %d layers, scratch and %d cgroup files", len(fds), len(s.Mounts), s.Layers, s.CgroupJoinFDs))
 	}
-	cgFDs := fds[len(s.Mounts):]
-	fds = fds[:len(s.Mounts)]
+	cgFDs := fds[nMount:]
+	fds = fds[:nMount]
 	homeFD := -1
 	if s.CallCgroups && len(cgFDs) > 0 {
 		homeFD, err = unix.FcntlInt(uintptr(cgFDs[len(cgFDs)-1]), unix.F_DUPFD_CLOEXEC, 3)
@@ -121,7 +124,8 @@ func initSandbox(conn *guest.Conn) (*guest.Setup, int, error) {
 		return nil, -1, stageErr("close-on-exec", err)
 	}
 	mark("setup received")
-	restricted, err := buildRoot(s, fds)
+	nt := len(s.Mounts)
+	restricted, err := buildRoot(s, fds[:nt], fds[nt:nt+s.Layers], fds[nt+s.Layers])
 	closeFDs(fds)
 	mark("root built")
 	if err != nil {

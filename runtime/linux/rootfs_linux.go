@@ -14,8 +14,9 @@ import (
 	"github.com/moat-sandbox/moat/guest"
 )
 
-// The root is assembled on a tmpfs mounted over /tmp of the sandbox's private
-// mount namespace copy (invisible to the host), then pivoted into.
+// The root is assembled on a staging tmpfs mounted over /tmp of the
+// sandbox's private mount namespace copy (invisible to the host), then
+// pivoted into.
 const stagingRoot = "/tmp"
 
 // systemDirs are the host directories bound read-only into every sandbox. A
@@ -38,36 +39,64 @@ var devNodes = []string{"null", "zero", "full", "random", "urandom", "tty"}
 // buildRoot assembles the sandbox's root filesystem and pivots into it. It
 // returns how s.Restrict was applied (nil without restrictions).
 //
+// The root is an overlayfs: the lower layers (layers, top first) are the
+// host's detached idmapped read-only trees, the upper layer and overlayfs'
+// work directory live on the scratch tmpfs the host made (so the host can
+// read the upper layer for a snapshot, and its size caps what the sandbox
+// writes). Every mount point the setup needs (/dev, /proc, /etc, the host's
+// system directories) exists in the bottom layer, so a fresh sandbox's
+// upper layer starts empty.
+//
 // Preconditions: the caller is the sandbox's init, root in a fresh user
 // namespace that owns a fresh mount namespace; trees are detached mount fds
-// (one per s.Mounts entry) prepared by the host.
-func buildRoot(s *guest.Setup, trees []int) (*guest.RestrictReport, error) {
+// (one per s.Mounts entry), layers s.Layers detached idmapped layer mounts
+// and scratch the scratch tmpfs, all prepared by the host.
+func buildRoot(s *guest.Setup, trees, layers []int, scratch int) (*guest.RestrictReport, error) {
 	if len(trees) != len(s.Mounts) {
 		return nil, fmt.Errorf("setup: %d mount trees for %d mounts", len(trees), len(s.Mounts))
+	}
+	if len(layers) == 0 {
+		return nil, errors.New("setup: no root layer")
 	}
 	// Nothing we mount may propagate back to the host.
 	if err := unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
 		return nil, stageErr("make / a slave mount", err)
 	}
-	root := stagingRoot
-	if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m,nr_inodes=4096"); err != nil {
-		return nil, stageErr("mount root tmpfs", err)
+	// The layers are attached on a staging tmpfs in the old root, which
+	// the pivot detaches; the overlay keeps its own private clones.
+	stage := stagingRoot
+	if err := unix.Mount("tmpfs", stage, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0700,size=64k,nr_inodes=1024"); err != nil {
+		return nil, stageErr("mount staging tmpfs", err)
 	}
-	for _, d := range systemDirs {
-		if err := bindHostPath(d, root+d); err != nil {
+	lowers := make([]string, len(layers))
+	for i, fd := range layers {
+		lowers[i] = stage + "/l" + strconv.Itoa(i)
+		if err := attachDetached(fd, lowers[i]); err != nil {
+			return nil, stageErr("attach layer "+strconv.Itoa(i), err)
+		}
+	}
+	scratchDir := stage + "/s"
+	if err := attachDetached(scratch, scratchDir); err != nil {
+		return nil, stageErr("attach scratch tmpfs", err)
+	}
+	root := stage + "/root"
+	if err := mountOverlay(root, lowers, scratchDir+"/upper", scratchDir+"/work"); err != nil {
+		return nil, err
+	}
+	if s.HostSystem {
+		for _, d := range systemDirs {
+			if err := bindHostPath(d, root+d); err != nil {
+				return nil, err
+			}
+		}
+		if err := buildEtc(root, s); err != nil {
 			return nil, err
 		}
 	}
-	if err := buildEtc(root, s); err != nil {
-		return nil, err
-	}
-	if err := buildDev(root, s); err != nil {
+	if err := buildDev(root, scratchDir+"/shm"); err != nil {
 		return nil, err
 	}
 	if err := buildProc(root); err != nil {
-		return nil, err
-	}
-	if err := mountScratch(root, s); err != nil {
 		return nil, err
 	}
 	if err := attachTrees(root, s.Mounts, trees); err != nil {
@@ -78,11 +107,52 @@ func buildRoot(s *guest.Setup, trees []int) (*guest.RestrictReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The root itself (directories, mount points, symlinks) is read-only.
-	if err := unix.MountSetattr(unix.AT_FDCWD, root, 0, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
-		return nil, stageErr("make root read-only", err)
-	}
 	return rep, pivot(root)
+}
+
+// attachDetached attaches the detached mount fd at a new directory p.
+func attachDetached(fd int, p string) error {
+	if err := unix.Mkdir(p, 0o700); err != nil {
+		return err
+	}
+	return unix.MoveMount(fd, "", unix.AT_FDCWD, p, unix.MOVE_MOUNT_F_EMPTY_PATH)
+}
+
+// mountOverlay mounts the root overlay at a new directory root: lowers
+// (top first), upper and work. "userxattr" keeps overlayfs' own markers
+// (opaque directories) in user.overlay.* xattrs, the ones a user namespace
+// may set; whiteouts are 0/0 character devices, which it may create.
+func mountOverlay(root string, lowers []string, upper, work string) error {
+	if err := unix.Mkdir(root, 0o755); err != nil {
+		return stageErr("mkdir root", err)
+	}
+	fsfd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return stageErr("root overlay", err)
+	}
+	defer unix.Close(fsfd)
+	for _, l := range lowers {
+		if err := unix.FsconfigSetString(fsfd, "lowerdir+", l); err != nil {
+			return stageErr("root overlay: lower layer "+l, err)
+		}
+	}
+	for _, kv := range [][2]string{{"upperdir", upper}, {"workdir", work}} {
+		if err := unix.FsconfigSetString(fsfd, kv[0], kv[1]); err != nil {
+			return stageErr("root overlay: "+kv[0], err)
+		}
+	}
+	if err := unix.FsconfigSetFlag(fsfd, "userxattr"); err != nil {
+		return stageErr("root overlay: userxattr", err)
+	}
+	if err := unix.FsconfigCreate(fsfd); err != nil {
+		return stageErr("root overlay", err)
+	}
+	mfd, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	if err != nil {
+		return stageErr("root overlay", err)
+	}
+	defer unix.Close(mfd)
+	return stageErr("attach root overlay", unix.MoveMount(mfd, "", unix.AT_FDCWD, root, unix.MOVE_MOUNT_F_EMPTY_PATH))
 }
 
 // pivot makes root the sandbox's "/" and detaches the host's tree entirely.
@@ -104,9 +174,10 @@ func pivot(root string) error {
 	return nil
 }
 
-// bindHostPath mirrors one host system path read-only into the root: a
-// symlink as the same symlink, a directory as a recursive read-only bind.
-// A missing host path is skipped.
+// bindHostPath binds one host system directory read-only onto the root's
+// directory of the same name (the bottom layer has it, and the same symlinks
+// where the host has symlinks, such as a merged /usr). A host path that is
+// missing or a symlink needs nothing.
 func bindHostPath(src, dst string) error {
 	var st unix.Stat_t
 	if err := unix.Lstat(src, &st); err != nil {
@@ -115,21 +186,10 @@ func bindHostPath(src, dst string) error {
 		}
 		return stageErr("stat "+src, err)
 	}
-	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFLNK:
-		target, err := os.Readlink(src)
-		if err != nil {
-			return stageErr("readlink "+src, err)
-		}
-		return stageErr("symlink "+src, unix.Symlink(target, dst))
-	case unix.S_IFDIR:
-		if err := unix.Mkdir(dst, 0o755); err != nil {
-			return stageErr("mkdir "+dst, err)
-		}
-		return bindReadOnly(src, dst)
-	default:
-		return fmt.Errorf("%s: not a directory or symlink", src)
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return nil
 	}
+	return bindReadOnly(src, dst)
 }
 
 // bindReadOnly binds src (recursively) at dst, read-only, nosuid, nodev.
@@ -150,21 +210,16 @@ func setAttr(path string, attr uint64) error {
 // the host prepared (etcLayer): identity files replaced, secrets whited out.
 func buildEtc(root string, s *guest.Setup) error {
 	dst := root + "/etc"
-	if err := unix.Mkdir(dst, 0o755); err != nil {
-		return stageErr("mkdir /etc", err)
-	}
 	err := unix.Mount("overlay", dst, "overlay", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV,
 		"lowerdir="+s.EtcLayer+":/etc")
 	return stageErr("mount /etc overlay", err)
 }
 
 // buildDev populates a minimal /dev: a few host device nodes, a private
-// devpts instance, /dev/shm and the usual symlinks.
-func buildDev(root string, s *guest.Setup) error {
+// devpts instance, /dev/shm (shm, a directory of the scratch tmpfs) and the
+// usual symlinks.
+func buildDev(root, shm string) error {
 	dev := root + "/dev"
-	if err := unix.Mkdir(dev, 0o755); err != nil {
-		return stageErr("mkdir /dev", err)
-	}
 	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64"); err != nil {
 		return stageErr("mount /dev", err)
 	}
@@ -184,6 +239,12 @@ func buildDev(root string, s *guest.Setup) error {
 		"newinstance,ptmxmode=0666,mode=0620,gid=5"); err != nil {
 		return stageErr("mount devpts", err)
 	}
+	if err := unix.Mkdir(dev+"/shm", 0o755); err != nil {
+		return stageErr("mkdir /dev/shm", err)
+	}
+	if err := unix.Mount(shm, dev+"/shm", "", unix.MS_BIND, ""); err != nil {
+		return stageErr("mount /dev/shm", err)
+	}
 	links := [][2]string{{"pts/ptmx", "ptmx"}, {"/proc/self/fd", "fd"}, {"/proc/self/fd/0", "stdin"},
 		{"/proc/self/fd/1", "stdout"}, {"/proc/self/fd/2", "stderr"}}
 	for _, l := range links {
@@ -194,80 +255,10 @@ func buildDev(root string, s *guest.Setup) error {
 	return nil
 }
 
-// scratchDir is one of the sandbox's ephemeral writable directories.
-type scratchDir struct {
-	name, target string
-	mode         uint32
-	owned        bool // owned by the sandbox user rather than root
-}
-
-// mountScratch gives the sandbox its ephemeral writable places (/tmp,
-// home, /dev/shm and an in-memory workspace) as directories of ONE tmpfs of
-// s.DiskBytes, so that --disk caps all of them together. The tmpfs is
-// created detached (fsopen/fsmount) and never appears anywhere but at the
-// targets.
-func mountScratch(root string, s *guest.Setup) error {
-	dirs := []scratchDir{
-		{"tmp", "/tmp", 0o1777, false},
-		{"home", homeDir, 0o700, true},
-		{"shm", "/dev/shm", 0o1777, false},
-	}
-	if s.MemoryWorkspace {
-		dirs = append(dirs, scratchDir{"workspace", workspaceDir, 0o755, true})
-	}
-	fsfd, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
-	if err != nil {
-		return stageErr("scratch tmpfs", err)
-	}
-	defer unix.Close(fsfd)
-	for _, kv := range [][2]string{{"size", strconv.FormatInt(s.DiskBytes, 10)}, {"mode", "0755"}} {
-		if err := unix.FsconfigSetString(fsfd, kv[0], kv[1]); err != nil {
-			return stageErr("scratch tmpfs "+kv[0], err)
-		}
-	}
-	if err := unix.FsconfigCreate(fsfd); err != nil {
-		return stageErr("scratch tmpfs", err)
-	}
-	mfd, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
-	if err != nil {
-		return stageErr("scratch tmpfs", err)
-	}
-	defer unix.Close(mfd)
-	for _, d := range dirs {
-		if err := unix.Mkdirat(mfd, d.name, 0o700); err != nil {
-			return stageErr("scratch "+d.name, err)
-		}
-		if err := unix.Fchmodat(mfd, d.name, d.mode, 0); err != nil {
-			return stageErr("scratch "+d.name, err)
-		}
-		if d.owned {
-			if err := unix.Fchownat(mfd, d.name, s.UID, s.GID, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-				return stageErr("scratch "+d.name, err)
-			}
-		}
-		tree, err := unix.OpenTree(mfd, d.name, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
-		if err != nil {
-			return stageErr("scratch "+d.name, err)
-		}
-		err = os.MkdirAll(root+d.target, 0o755)
-		if err == nil {
-			err = unix.MoveMount(tree, "", unix.AT_FDCWD, root+d.target, unix.MOVE_MOUNT_F_EMPTY_PATH)
-		}
-		unix.Close(tree)
-		if err != nil {
-			return stageErr("mount "+d.target, err)
-		}
-	}
-	return nil
-}
-
 // buildProc mounts a fresh procfs for the sandbox's pid namespace and masks
 // the entries that reveal or touch the host kernel.
 func buildProc(root string) error {
 	proc := root + "/proc"
-	if err := unix.Mkdir(proc, 0o555); err != nil {
-		return stageErr("mkdir /proc", err)
-	}
 	if err := unix.Mount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return stageErr("mount /proc", err)
 	}

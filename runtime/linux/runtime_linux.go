@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -148,7 +149,6 @@ func (r *Runtime) Enforcement() sandbox.Enforcement {
 		Capabilities: "none (bounding, ambient, inheritable empty; non-root uid)",
 		Network:      "none (loopback only)",
 		PivotRoot:    true,
-		ReadOnlyRoot: true,
 		MaskedProc:   true,
 	}
 }
@@ -258,6 +258,23 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 		return nil, err
 	}
 	defer closeSources(srcs)
+	root := spec.Root
+	if root == nil {
+		root = &sandbox.RootFS{Host: true}
+	}
+	if _, err := mergeEnv(nil, spec.Env); err != nil {
+		return nil, err
+	}
+	workdir := spec.Workdir
+	if workdir == "" {
+		workdir = workspaceDir
+	}
+	if !filepath.IsAbs(workdir) {
+		return nil, fmt.Errorf("%w: workdir %q is not absolute", sandbox.ErrInvalidSpec, workdir)
+	}
+	if !root.Host && len(root.Layers) == 0 {
+		return nil, fmt.Errorf("%w: a root filesystem without the host's needs a template layer", sandbox.ErrInvalidSpec)
+	}
 	limits := r.limitsFor(spec.Limits)
 	if err := validLimits(limits); err != nil {
 		return nil, err
@@ -269,6 +286,11 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 			cu.run()
 		}
 	}()
+	layerFiles, err := openLayers(root.Layers)
+	if err != nil {
+		return nil, &sandbox.SetupError{Stage: "root layers", Err: err}
+	}
+	cu.add(func() { closeFiles(layerFiles) })
 	slot, err := leaseUIDSlot(r.stateDir)
 	if err != nil {
 		return nil, &sandbox.SetupError{Stage: "uid range", Err: err}
@@ -310,7 +332,12 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	// thread what does not depend on it: the cgroup, the seccomp program
 	// and the /etc layer.
 	preps := make(chan *prepared, 1)
-	go func() { preps <- r.prepare(layout, slot.slot, limits, hostname, netMode, !oneShot) }()
+	pr := prepRequest{layout: layout, slot: slot.slot, base: base, limits: limits, hostname: hostname,
+		netMode: netMode, longLived: !oneShot, root: root}
+	if !root.Host {
+		pr.templateFD = int(layerFiles[len(layerFiles)-1].Fd())
+	}
+	go func() { preps <- r.prepare(pr) }()
 	var prep *prepared
 	defer func() {
 		if prep == nil {
@@ -319,6 +346,9 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 		closeFDs(prep.cgFDs)
 		if retErr != nil {
 			prep.cg.destroy()
+			if prep.scratch != nil {
+				prep.scratch.Close()
+			}
 		}
 	}()
 
@@ -365,6 +395,11 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	if prep.err != nil {
 		return nil, prep.err
 	}
+	layerFDs, err := r.rootLayers(proc.pid, layerFiles, prep.baseLayer, root.Host)
+	if err != nil {
+		return nil, &sandbox.SetupError{Stage: "root layers", Err: err}
+	}
+	defer closeFDs(layerFDs)
 	cg := prep.cg
 	// On cgroup v2 the host moves the whole init; on v1 the init's forking
 	// thread joins by itself through prep.cgFDs (see taskFDs).
@@ -374,6 +409,8 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	sb := newSandbox(r, proc, guest.NewConn(hostSock), errR, slot, cg, oneShot)
 	sb.created = created
 	sb.netMode, sb.egress = netMode, egress
+	sb.scratch, sb.layers, sb.limits, sb.root = prep.scratch, layerFiles, limits, root
+	sb.env, sb.workdir = spec.Env, workdir
 	if egress != nil {
 		go func() {
 			if err := egress.Serve(sb.id, ln); err != nil {
@@ -385,6 +422,8 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	setup := &guest.Setup{
 		Hostname:        hostname,
 		EtcLayer:        prep.etcLayer,
+		HostSystem:      root.Host,
+		Layers:          len(layerFDs),
 		Seccomp:         prep.seccomp,
 		DiskBytes:       limits.DiskBytes,
 		UID:             sandboxUID,
@@ -400,6 +439,8 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 		setup.Mounts = append(setup.Mounts, t.mount)
 		fds[i] = t.fd
 	}
+	fds = append(fds, layerFDs...)
+	fds = append(fds, int(prep.scratch.Fd()))
 	setup.CgroupJoinFDs = len(prep.cgFDs)
 	setup.CallCgroups = !oneShot && cg.callCgroupsOK()
 	fds = append(fds, prep.cgFDs...)
@@ -424,6 +465,7 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	default:
 		sb.enforcement.CallTree = "process group: a timeout or cancel kills the call's process group; descendants that left it live until the sandbox ends"
 	}
+	sb.enforcement.RootFS = rootDescription(root, limits.DiskBytes)
 	sb.enforcement.WorkspaceIDMap = "idmapped"
 	if spec.Workspace == "" {
 		sb.enforcement.WorkspaceIDMap = "owned (in-memory workspace)"
@@ -449,26 +491,45 @@ func validHostname(h string) error {
 
 // prepared is what create readies while the init is being started.
 type prepared struct {
-	cg       *sandboxCgroup
-	cgFDs    []int
-	seccomp  []byte
-	etcLayer string
-	err      error
+	cg        *sandboxCgroup
+	cgFDs     []int
+	seccomp   []byte
+	etcLayer  string
+	baseLayer string
+	scratch   *os.File
+	err       error
+}
+
+// prepRequest is what prepare needs to know.
+type prepRequest struct {
+	layout     *cgroupLayout
+	slot       int
+	base       uint32 // host id of the sandbox's uid 0
+	limits     sandbox.Limits
+	hostname   string
+	netMode    sandbox.NetMode
+	longLived  bool
+	root       *sandbox.RootFS
+	templateFD int // the template root's directory (root.Host false)
 }
 
 // prepare creates the sandbox's cgroup (and, on v1, opens the files the
-// init joins it through), assembles the seccomp program and finds or
-// builds the /etc layer. On error it undoes what it did.
-func (r *Runtime) prepare(layout *cgroupLayout, slot int, limits sandbox.Limits, hostname string, netMode sandbox.NetMode, longLived bool) *prepared {
+// init joins it through), assembles the seccomp program, finds or builds
+// the /etc and base layers and creates the scratch tmpfs. On error it
+// undoes what it did.
+func (r *Runtime) prepare(q prepRequest) *prepared {
 	p := &prepared{}
 	var err error
-	if p.cg, err = newCgroup(layout, slot, limits, longLived); err != nil {
+	if p.cg, err = newCgroup(q.layout, q.slot, q.limits, q.longLived); err != nil {
 		p.err = &sandbox.SetupError{Stage: "cgroup", Err: err}
 		return p
 	}
 	fail := func(stage string, err error) *prepared {
 		closeFDs(p.cgFDs)
 		p.cg.destroy()
+		if p.scratch != nil {
+			p.scratch.Close()
+		}
 		return &prepared{err: &sandbox.SetupError{Stage: stage, Err: err}}
 	}
 	if p.cgFDs, err = p.cg.taskFDs(); err != nil {
@@ -479,10 +540,85 @@ func (r *Runtime) prepare(layout *cgroupLayout, slot int, limits sandbox.Limits,
 		return fail("seccomp", err)
 	}
 	p.seccomp = encodeBPF(prog)
-	if p.etcLayer, err = etcLayer(r.stateDir, hostname, sandboxUID, sandboxGID, netMode == sandbox.NetOpen); err != nil {
-		return fail("etc layer", err)
+	hostDNS := q.netMode == sandbox.NetOpen
+	if q.root.Host {
+		if p.etcLayer, err = etcLayer(r.stateDir, q.hostname, sandboxUID, sandboxGID, hostDNS); err != nil {
+			return fail("etc layer", err)
+		}
+		p.baseLayer, err = hostBaseLayer(r.stateDir)
+	} else {
+		p.baseLayer, err = templateBaseLayer(r.stateDir, q.templateFD, q.hostname, hostDNS)
+	}
+	if err != nil {
+		return fail("base layer", err)
+	}
+	if p.scratch, err = newScratch(q.limits.DiskBytes, q.base); err != nil {
+		return fail("scratch tmpfs", err)
 	}
 	return p
+}
+
+// rootLayers returns the root overlay's lower layers, top first, as
+// detached idmapped mounts for the init with pid: the spec's layers with
+// the base layer at the bottom (host template) or just above the
+// template's root.
+func (r *Runtime) rootLayers(pid int, layers []*os.File, baseLayer string, host bool) (_ []int, retErr error) {
+	userns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox user namespace: %w", err)
+	}
+	defer unix.Close(userns)
+	baseFD, err := unix.Open(baseLayer, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("base layer: %w", err)
+	}
+	defer unix.Close(baseFD)
+	type src struct {
+		fd   int
+		name string
+	}
+	var order []src
+	for _, f := range layers {
+		order = append(order, src{int(f.Fd()), f.Name()})
+	}
+	base := src{baseFD, baseLayer}
+	if host {
+		order = append(order, base)
+	} else {
+		n := len(order)
+		order = append(order[:n-1:n-1], base, order[n-1])
+	}
+	var fds []int
+	defer func() {
+		if retErr != nil {
+			closeFDs(fds)
+		}
+	}()
+	for _, l := range order {
+		fd, err := idmapLayer(l.fd, userns, l.name)
+		if err != nil {
+			return nil, err
+		}
+		fds = append(fds, fd)
+	}
+	return fds, nil
+}
+
+// rootDescription names the root filesystem for the enforcement report.
+func rootDescription(root *sandbox.RootFS, upperBytes int64) string {
+	name := root.Template
+	if name == "" {
+		name = "host"
+	}
+	return fmt.Sprintf("overlay: template %s, %d snapshot layer(s), idmapped read-only lower layers, private upper layer (tmpfs, %d bytes)",
+		name, max(0, len(root.Layers)-boolInt(!root.Host)), upperBytes)
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // defaultEnv is the environment every process starts from; the host's

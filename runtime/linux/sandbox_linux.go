@@ -38,6 +38,13 @@ type linuxSandbox struct {
 	created     time.Time
 	netMode     sandbox.NetMode
 	egress      sandbox.Egress // proxy mode: closed at Shutdown
+	scratch     *os.File       // the scratch tmpfs (upper layer), detached or the sandbox's
+	layers      []*os.File     // the spec's root layers, flock'd shared until Shutdown
+	limits      sandbox.Limits // in force
+	root        *sandbox.RootFS
+	env         []string // Spec.Env
+	workdir     string   // Spec.Workdir or the workspace
+	capture     sync.RWMutex   // file operations hold it shared, Capture exclusively
 
 	initErr *boundedBuffer // the init's own stderr, for diagnostics
 	errDone chan struct{}  // closed when initErr has all of it
@@ -90,8 +97,8 @@ func (s *linuxSandbox) ID() string { return s.id }
 // Enforcement reports the protections in effect for this sandbox. The
 // restrictions' outcome is known once the init is ready.
 func (s *linuxSandbox) Enforcement() sandbox.Enforcement {
-	e := s.enforcement
 	s.mu.Lock()
+	e := s.enforcement
 	if r := s.restrict; r != nil {
 		e.Restricted = r.Applied
 		e.RestrictSkipped = append([]string(nil), r.Skipped...)
@@ -276,11 +283,18 @@ func (s *linuxSandbox) Shutdown(ctx context.Context) error {
 		case <-s.exited:
 		case <-ctx.Done():
 		}
-		if s.egress != nil {
-			_ = s.egress.Close()
+		s.mu.Lock()
+		egress := s.egress
+		s.mu.Unlock()
+		if egress != nil {
+			_ = egress.Close()
 		}
 		t0 := time.Now()
 		s.cg.destroy()
+		if s.scratch != nil {
+			s.scratch.Close()
+		}
+		closeFiles(s.layers)
 		s.r.log.Debug("sandbox removed", "sandbox", s.id, "cgroup_removal", time.Since(t0).String())
 		s.slot.release()
 	})

@@ -1,0 +1,360 @@
+package rootfs
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/fstree"
+	"github.com/moat-sandbox/moat/sandbox"
+)
+
+// Snapshot is an immutable capture of a sandbox's filesystem changes: one
+// layer holding what changed since its parent (a snapshot, or the
+// template when Parent is empty).
+type Snapshot struct {
+	// ID is "snap-" and the first 20 hex digits of Digest.
+	ID     string `json:"id"`
+	Digest string `json:"digest"`
+	// Parent is the snapshot this one is layered on ("" for none).
+	Parent string `json:"parent,omitempty"`
+	// Template is the template's name; TemplateLayer its layer's digest
+	// ("" for the host template).
+	Template      string `json:"template"`
+	TemplateLayer string `json:"template_layer,omitempty"`
+	// Layer is the digest of this snapshot's own layer.
+	Layer string `json:"layer"`
+	// Sandbox is the sandbox it was taken from; Tenant owns it (a
+	// control plane shows a snapshot to its tenant only).
+	Sandbox string    `json:"sandbox,omitempty"`
+	Tenant  string    `json:"tenant,omitempty"`
+	Created time.Time `json:"created"`
+	// Bytes, Entries and Whiteouts describe this snapshot's own layer;
+	// Depth counts the snapshot layers of the chain, this one included.
+	Bytes     int64 `json:"bytes"`
+	Entries   int   `json:"entries"`
+	Whiteouts int   `json:"whiteouts"`
+	Depth     int   `json:"depth"`
+	// Processes says whether process state was captured (see
+	// ProcessState): filesystem snapshots never claim it.
+	Processes string `json:"processes"`
+}
+
+// fileID identifies a file of an upper layer at a capture: what any change
+// to its content or metadata (which moves ctime) or its replacement would
+// alter.
+type fileID struct {
+	ino, size  uint64
+	ctime      int64
+	mode, uid  uint32
+	gid, nlink uint32
+}
+
+func idOf(st *unix.Stat_t) fileID {
+	return fileID{ino: st.Ino, size: uint64(st.Size), ctime: st.Ctim.Nano(), mode: st.Mode,
+		uid: st.Uid, gid: st.Gid, nlink: uint32(st.Nlink)}
+}
+
+// Lineage is what a live sandbox's next capture is relative to: the
+// snapshot its upper layer's changes are layered on, and the state of the
+// upper layer when that snapshot was taken from it (nil when the upper
+// layer was empty then: a sandbox fresh from a template or a snapshot).
+// A control plane keeps one per sandbox; it is not safe for concurrent use.
+type Lineage struct {
+	Template      string
+	TemplateLayer string
+	Parent        string
+	depth         int
+	manifest      map[string]fileID
+}
+
+// NewLineage is the lineage of a sandbox made from template t, or from
+// snapshot sn when sn is not nil.
+func NewLineage(t *Template, sn *Snapshot) *Lineage {
+	if sn != nil {
+		return &Lineage{Template: sn.Template, TemplateLayer: sn.TemplateLayer, Parent: sn.ID, depth: sn.Depth}
+	}
+	return &Lineage{Template: t.Name, TemplateLayer: t.Layer}
+}
+
+// CaptureInfo describes a capture for its metadata.
+type CaptureInfo struct {
+	Sandbox, Tenant string
+	// Processes is the snapshot's Processes (see ProcessState).
+	Processes string
+	// Limits bound what the capture may write (zero: fstree's defaults).
+	Limits fstree.Limits
+}
+
+// Capture pauses the sandbox c, copies what changed in its upper layer
+// since l's last capture into a new snapshot layered on l.Parent, resumes
+// the sandbox and advances l. Only changed files are copied; deletions
+// become whiteouts and a re-created directory an opaque one, so a chain of
+// small steps stays small.
+func (s *Store) Capture(ctx context.Context, c sandbox.Capturer, l *Lineage, info CaptureInfo) (*Snapshot, error) {
+	var parent *Snapshot
+	if l.Parent != "" {
+		p, err := s.Snapshot(l.Parent)
+		if err != nil {
+			return nil, fmt.Errorf("parent snapshot: %w", err)
+		}
+		parent = p
+	}
+	w, err := s.newWork("snap")
+	if err != nil {
+		return nil, err
+	}
+	defer w.done()
+	tree := filepath.Join(w.dir, "root")
+	if err := os.Mkdir(tree, 0o755); err != nil {
+		return nil, err
+	}
+	var (
+		st       *fstree.Stats
+		seen     map[string]fileID
+		changes  []string
+		nWhiteo  int
+		captured time.Time
+	)
+	err = c.Capture(ctx, func(upper *os.File, idBase uint32) error {
+		captured = time.Now().UTC()
+		seen = map[string]fileID{}
+		opt := fstree.Options{
+			Limits:  info.Limits,
+			Overlay: true,
+			MapID:   shiftIDs(idBase),
+			Seen:    func(rel string, st *unix.Stat_t) { seen[rel] = idOf(st) },
+		}
+		if l.manifest != nil {
+			opt.Filter = func(rel string, st *unix.Stat_t) bool {
+				old, ok := l.manifest[rel]
+				return !ok || old != idOf(st)
+			}
+		}
+		var err error
+		st, err = fstree.CopyDir(ctx, fmt.Sprintf("/proc/self/fd/%d/.", upper.Fd()), tree, opt)
+		if err != nil {
+			return err
+		}
+		changes, nWhiteo, err = diffMarkers(tree, l.manifest, seen)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	parentDigest := ""
+	if parent != nil {
+		parentDigest = parent.Digest
+	}
+	sum := sha256.Sum256([]byte("moat-snapshot-1\n" + info.Tenant + "\n" + parentDigest + "\n" + l.TemplateLayer + "\n" + st.Digest + "\n" + strings.Join(changes, "\n")))
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+	sn := &Snapshot{
+		ID: "snap-" + hex.EncodeToString(sum[:])[:20], Digest: digest, Parent: l.Parent,
+		Template: l.Template, TemplateLayer: l.TemplateLayer, Layer: digest, Sandbox: info.Sandbox, Tenant: info.Tenant,
+		Created: captured, Bytes: st.Bytes, Entries: st.Entries, Whiteouts: nWhiteo, Depth: l.depth + 1,
+		Processes: info.Processes,
+	}
+	unlock, err := s.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if old, err := s.Snapshot(sn.ID); err == nil {
+		sn = old // the same content on the same parent: one snapshot
+	} else {
+		if err := s.commitLayer(tree, sn.Layer); err != nil {
+			return nil, err
+		}
+		if err := writeJSON(s.snapshotPath(sn.ID), sn); err != nil {
+			return nil, fmt.Errorf("store snapshot: %w", err)
+		}
+	}
+	l.Parent, l.depth, l.manifest = sn.ID, sn.Depth, seen
+	return sn, nil
+}
+
+// shiftIDs maps host ids of a sandbox (base .. base+65535) to the ids the
+// sandbox sees; anything else cannot come from the sandbox and is refused.
+func shiftIDs(base uint32) func(uid, gid uint32) (uint32, uint32, error) {
+	return func(uid, gid uint32) (uint32, uint32, error) {
+		if uid < base || uid-base > 65535 || gid < base || gid-base > 65535 {
+			return 0, 0, fmt.Errorf("owner %d:%d is outside the sandbox's id range", uid, gid)
+		}
+		return uid - base, gid - base, nil
+	}
+}
+
+// diffMarkers completes a diff layer written from an upper layer whose
+// state at the last capture was prev (nil: it was empty): an entry gone
+// since then gets a whiteout (unless a parent directory went too or was
+// re-created), a directory re-created since then becomes opaque, and a
+// directory that is the same one as then loses an opaque marker it
+// carried (the lower snapshot holds its earlier children). It returns the
+// markers as sorted lines for the digest, and the whiteout count.
+func diffMarkers(tree string, prev, seen map[string]fileID) ([]string, int, error) {
+	if prev == nil {
+		return nil, 0, nil
+	}
+	var lines []string
+	recreated := map[string]bool{}
+	for rel, id := range seen {
+		if id.mode&unix.S_IFMT != unix.S_IFDIR {
+			continue
+		}
+		old, ok := prev[rel]
+		switch {
+		case ok && old.ino == id.ino && old.mode&unix.S_IFMT == unix.S_IFDIR:
+			if err := clearOpaque(tree, rel); err != nil {
+				return nil, 0, err
+			}
+		case ok:
+			recreated[rel] = true
+			if err := fstree.SetOpaque(tree, rel); err != nil {
+				return nil, 0, err
+			}
+			lines = append(lines, "opaque "+rel)
+		}
+	}
+	n := 0
+	for rel := range prev {
+		if _, ok := seen[rel]; ok {
+			continue
+		}
+		dir := path.Dir(rel)
+		if dir != "." {
+			if _, ok := seen[dir]; !ok || recreated[dir] {
+				continue // covered by the parent's whiteout or opacity
+			}
+		}
+		if err := fstree.Whiteout(tree, rel); err != nil {
+			return nil, 0, err
+		}
+		lines = append(lines, "whiteout "+rel)
+		n++
+	}
+	sort.Strings(lines)
+	return lines, n, nil
+}
+
+// clearOpaque removes overlayfs' opaque marker from directory rel of tree,
+// resolved beneath tree without following symlinks.
+func clearOpaque(tree, rel string) error {
+	fd, err := unix.Openat2(unix.AT_FDCWD, filepath.Join(tree, rel), &unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return fmt.Errorf("snapshot %s: %w", rel, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Fremovexattr(fd, "user.overlay.opaque"); err != nil && !errors.Is(err, unix.ENODATA) {
+		return fmt.Errorf("snapshot %s: %w", rel, err)
+	}
+	return nil
+}
+
+var validSnapshotID = regexp.MustCompile(`^snap-[0-9a-f]{20}$`)
+
+func (s *Store) snapshotPath(id string) string {
+	return filepath.Join(s.dir, "snapshots", id+".json")
+}
+
+// Snapshot returns the snapshot id.
+func (s *Store) Snapshot(id string) (*Snapshot, error) {
+	if !validSnapshotID.MatchString(id) {
+		return nil, fmt.Errorf("snapshot %q: %w", id, ErrNotFound)
+	}
+	sn := &Snapshot{}
+	if err := readJSON(s.snapshotPath(id), sn); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return nil, fmt.Errorf("snapshot %q: %w", id, ErrNotFound)
+		}
+		return nil, err
+	}
+	return sn, nil
+}
+
+// Snapshots lists every snapshot, oldest first.
+func (s *Store) Snapshots() ([]*Snapshot, error) {
+	sns, err := listJSON[Snapshot](filepath.Join(s.dir, "snapshots"))
+	if err != nil {
+		return nil, err
+	}
+	sort.SliceStable(sns, func(i, j int) bool { return sns[i].Created.Before(sns[j].Created) })
+	return sns, nil
+}
+
+// SnapshotRoot returns the root filesystem of a sandbox started from the
+// snapshot: its layer and its ancestors', then the template's.
+func (s *Store) SnapshotRoot(sn *Snapshot) (*sandbox.RootFS, error) {
+	root := &sandbox.RootFS{Template: sn.Template, Host: sn.TemplateLayer == ""}
+	for cur := sn; ; {
+		root.Layers = append(root.Layers, s.layerPath(cur.Layer))
+		if cur.Parent == "" {
+			break
+		}
+		p, err := s.Snapshot(cur.Parent)
+		if err != nil {
+			return nil, fmt.Errorf("snapshot %s: parent: %w", cur.ID, err)
+		}
+		if len(root.Layers) > 128 {
+			return nil, fmt.Errorf("snapshot %s: chain longer than 128 layers", sn.ID)
+		}
+		cur = p
+	}
+	if sn.TemplateLayer != "" {
+		if _, err := os.Stat(s.layerPath(sn.TemplateLayer)); err != nil {
+			return nil, fmt.Errorf("snapshot %s: template %s: %w", sn.ID, sn.Template, err)
+		}
+		root.Layers = append(root.Layers, s.layerPath(sn.TemplateLayer))
+	}
+	return root, nil
+}
+
+// RemoveSnapshot removes a snapshot and its layer. It refuses (ErrInUse)
+// while another snapshot is layered on it or a live sandbox uses it.
+func (s *Store) RemoveSnapshot(id string) error {
+	unlock, err := s.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	sn, err := s.Snapshot(id)
+	if err != nil {
+		return err
+	}
+	all, err := s.Snapshots()
+	if err != nil {
+		return err
+	}
+	var children []string
+	for _, o := range all {
+		if o.Parent == id {
+			children = append(children, o.ID)
+		}
+	}
+	if len(children) > 0 {
+		return fmt.Errorf("snapshot %s has snapshots layered on it (%s): %w", id, strings.Join(children, ", "), ErrInUse)
+	}
+	if s.layerInUse(sn.Layer) {
+		return fmt.Errorf("snapshot %s is used by a live sandbox: %w", id, ErrInUse)
+	}
+	if err := os.Remove(s.snapshotPath(id)); err != nil {
+		return err
+	}
+	if s.layerReferenced(sn.Layer) {
+		return nil
+	}
+	return s.removeLayer(sn.Layer)
+}

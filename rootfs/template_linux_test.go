@@ -1,0 +1,136 @@
+package rootfs_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/moat-sandbox/moat/internal/testutil"
+	"github.com/moat-sandbox/moat/rootfs"
+	"github.com/moat-sandbox/moat/sandbox"
+)
+
+// busyboxRoot builds a minimal root: the static busybox and links to it.
+func busyboxRoot(t *testing.T) string {
+	t.Helper()
+	bb, err := os.ReadFile("/usr/bin/busybox")
+	if err != nil {
+		testutil.SkipOrFail(t, "busybox-static is not installed (make test-deps installs it): "+err.Error())
+	}
+	dir := t.TempDir()
+	for _, d := range []string{"bin", "etc", "app"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bin/busybox"), bb, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"sh", "echo", "cat", "ls", "id", "touch", "find", "sort", "md5sum", "mkdir", "rm", "mv", "ln", "chmod", "stat", "hostname", "mkfifo", "true"} {
+		if err := os.Symlink("busybox", filepath.Join(dir, "bin", n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "etc/passwd"), []byte("root:x:0:0:root:/root:/bin/sh\napp:x:500:500::/app:/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "app/hello"), []byte("hello from the template\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(filepath.Join(dir, "app"), 500, 500); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestTemplateFromDirectory(t *testing.T) {
+	e := newEnv(t)
+	src := busyboxRoot(t)
+	tm, err := e.st.Import(context.Background(), rootfs.ImportRequest{Name: "bb", Kind: rootfs.SourceDir, Path: src,
+		Env: []string{"GREETING=hi"}, Workdir: "/app"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tm.Layer == "" || tm.Entries < 20 {
+		t.Fatalf("template: %+v", tm)
+	}
+	// Same content, another name: one layer.
+	tm2, err := e.st.Import(context.Background(), rootfs.ImportRequest{Name: "bb2", Kind: rootfs.SourceDir, Path: src})
+	if err != nil || tm2.Layer != tm.Layer {
+		t.Fatalf("second import: %v %+v", err, tm2)
+	}
+	if _, err := e.st.Import(context.Background(), rootfs.ImportRequest{Name: "bb", Kind: rootfs.SourceDir, Path: src}); !errors.Is(err, rootfs.ErrExists) {
+		t.Fatalf("import over an existing name: %v", err)
+	}
+	root := e.st.Root(tm)
+	sb, err := e.rt.Create(context.Background(), &sandbox.Spec{Root: root, Env: tm.Env, Workdir: tm.Workdir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Shutdown(context.Background())
+	out := sh(t, sb, `echo $GREETING; pwd; cat hello; id -u; stat -c '%u %U' /bin/busybox /app; grep sandbox /etc/passwd; hostname; ls /workspace && echo ws`)
+	want := "hi\n/app\nhello from the template\n1000\n0 root\n500 app\nsandbox:x:1000:1000:sandbox:/home/sandbox:/bin/sh\nsandbox\nws\n"
+	if out != want {
+		t.Fatalf("inside the template:\n got %q\nwant %q", out, want)
+	}
+	// The template is read-only to the sandbox user, and what it writes
+	// in its own places does not reach the template.
+	res, err := sb.Exec(context.Background(), &sandbox.Process{Args: []string{"/bin/sh", "-c", "echo x > /bin/busybox"}})
+	if err != nil || res.ExitCode == 0 {
+		t.Fatalf("overwriting the template's busybox: %v exit %d", err, res.ExitCode)
+	}
+	sh(t, sb, "echo mine > /workspace/f")
+	layer := filepath.Join(e.st.Dir(), "layers", strings.TrimPrefix(tm.Layer, "sha256:"))
+	if _, err := os.Lstat(filepath.Join(layer, "workspace")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the sandbox wrote into the template's layer: %v", err)
+	}
+	// In use: the layer stays; one name goes, the other keeps the layer.
+	if err := e.st.RemoveTemplate("bb"); !errors.Is(err, rootfs.ErrInUse) {
+		t.Fatalf("remove in use: %v", err)
+	}
+	_ = sb.Shutdown(context.Background())
+	if err := e.st.RemoveTemplate("bb"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(layer); err != nil {
+		t.Fatalf("layer of bb2 removed with bb: %v", err)
+	}
+	if err := e.st.RemoveTemplate("bb2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(layer); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("layer kept after its last template: %v", err)
+	}
+	if err := e.st.RemoveTemplate(rootfs.HostTemplate); !errors.Is(err, rootfs.ErrInvalid) {
+		t.Fatalf("remove host: %v", err)
+	}
+}
+
+// TestImportFailureLeavesNothing: a refused import leaves no template, no
+// layer and no work directory.
+func TestImportFailureLeavesNothing(t *testing.T) {
+	e := newEnv(t)
+	for _, req := range []rootfs.ImportRequest{
+		{Name: "Bad Name", Kind: rootfs.SourceDir, Path: "/usr"},
+		{Name: "host", Kind: rootfs.SourceDir, Path: "/usr"},
+		{Name: "x", Kind: rootfs.SourceDir, Path: "/nonexistent"},
+		{Name: "y", Kind: "zip", Path: "/usr"},
+		{Name: "z", Kind: rootfs.SourceOCI, Path: "/etc/hostname"},
+	} {
+		if _, err := e.st.Import(context.Background(), req); err == nil {
+			t.Errorf("%+v: imported", req)
+		}
+	}
+	ts, err := e.st.Templates()
+	if err != nil || len(ts) != 1 {
+		t.Fatalf("templates after failures: %v %v", ts, err)
+	}
+	for _, d := range []string{"layers", "tmp"} {
+		if ents, _ := os.ReadDir(filepath.Join(e.st.Dir(), d)); len(ents) != 0 {
+			t.Errorf("%s/ not empty: %v", d, ents)
+		}
+	}
+}
