@@ -84,8 +84,8 @@ type Enforcement struct {
 	PivotRoot    bool   `json:"pivot_root"`
 	// RootFS describes the root filesystem: an overlay of read-only
 	// idmapped layers (template, snapshots) under a private upper layer.
-	RootFS string `json:"rootfs,omitempty"`
-	MaskedProc   bool   `json:"masked_proc"`
+	RootFS     string `json:"rootfs,omitempty"`
+	MaskedProc bool   `json:"masked_proc"`
 	// CallTree says what a call's timeout or cancel kills in this
 	// sandbox: the whole sandbox (one-shot), the call's cgroup (every
 	// descendant), or its process group only.

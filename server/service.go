@@ -27,8 +27,8 @@ import (
 	"github.com/moat-sandbox/moat/api"
 	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/netproxy"
-	"github.com/moat-sandbox/moat/rootfs"
 	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/rootfs"
 	"github.com/moat-sandbox/moat/sandbox"
 	"github.com/moat-sandbox/moat/store"
 )

@@ -72,11 +72,11 @@ type result struct {
 	Commit    string                   `json:"commit"`
 	LoadAvg   string                   `json:"loadavg"`
 	Kinds     map[string]stats.Summary `json:"kinds"` // ms
-	PoolHits  int                    `json:"pool_hits"`
-	PoolTries int                    `json:"pool_tries"`
-	Snapshot  snapshotFigures        `json:"snapshot"`
-	Failures  int                    `json:"failures"`
-	Args      []string               `json:"args"`
+	PoolHits  int                      `json:"pool_hits"`
+	PoolTries int                      `json:"pool_tries"`
+	Snapshot  snapshotFigures          `json:"snapshot"`
+	Failures  int                      `json:"failures"`
+	Args      []string                 `json:"args"`
 }
 
 type snapshotFigures struct {

@@ -42,9 +42,9 @@ type linuxSandbox struct {
 	layers      []*os.File     // the spec's root layers, flock'd shared until Shutdown
 	limits      sandbox.Limits // in force
 	root        *sandbox.RootFS
-	env         []string // Spec.Env
-	workdir     string   // Spec.Workdir or the workspace
-	capture     sync.RWMutex   // file operations hold it shared, Capture exclusively
+	env         []string     // Spec.Env
+	workdir     string       // Spec.Workdir or the workspace
+	capture     sync.RWMutex // file operations hold it shared, Capture exclusively
 
 	initErr *boundedBuffer // the init's own stderr, for diagnostics
 	errDone chan struct{}  // closed when initErr has all of it
