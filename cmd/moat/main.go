@@ -76,7 +76,7 @@ func (u *usage) Error() string { return u.msg }
 func (u *usage) Unwrap() error { return errUsage }
 
 func commands() []*command {
-	return []*command{runCommand(), serveCommand(), sandboxCommand(), approvalsCommand(), policyCommand(), doctorCommand(), versionCommand()}
+	return []*command{runCommand(), serveCommand(), sandboxCommand(), snapshotCommand(), templateCommand(), approvalsCommand(), policyCommand(), doctorCommand(), versionCommand()}
 }
 
 const rootHelp = `moat runs untrusted commands (an AI agent's shell commands, code, builds)

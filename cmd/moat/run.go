@@ -17,6 +17,7 @@ import (
 
 	"github.com/moat-sandbox/moat/config"
 	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/rootfs"
 	"github.com/moat-sandbox/moat/runtime/linux"
 	"github.com/moat-sandbox/moat/sandbox"
 )
@@ -46,6 +47,8 @@ type runFlags struct {
 
 	net                       string
 	allowDomains, denyDomains []string
+
+	template, store string
 }
 
 const runLong = `Run one command in a fresh sandbox and stream its output.
@@ -71,8 +74,15 @@ header the command can read, and a line on stderr. open shares the host's
 network; only a managed policy with open_network = true permits it.
 
 Limits (--memory, --cpus, --pids, --disk) are enforced by cgroups and the
-size of the sandbox's tmpfs; defaults come from the operator config
-(/etc/moat/config.toml: memory 2 GiB, cpus 2, pids 1024, disk 1 GiB).
+size of the sandbox's tmpfs; defaults come from the template (below), then
+the operator config (/etc/moat/config.toml: memory 2 GiB, cpus 2, pids
+1024, disk 1 GiB).
+
+Templates (--template NAME): the sandbox's root filesystem is a template
+of the store ('moat template import', 'moat template ls'; --store, default
+the config's [store] dir, else ` + rootfs.DefaultDir + `) instead of the
+host's system directories, read-only under a private writable layer; its
+environment, working directory and limits are the defaults of the call.
 
 Policy: before anything runs, the command is decided by the policy layers
 (managed /etc/moat/policy.toml, the workspace's .moat/policy.toml, your
@@ -114,7 +124,7 @@ func runCommand() *command {
 			fl.BoolVarP(&f.interactive, "interactive", "i", false, "keep stdin attached (default: stdin is /dev/null)")
 			fl.BoolVarP(&f.tty, "tty", "t", false, "give the command a new terminal inside the sandbox, bridged to yours")
 			fl.StringArrayVarP(&f.env, "env", "e", nil, "set `K=V` in the command's environment (repeatable)")
-			fl.StringVar(&f.cwd, "cwd", "/workspace", "working `PATH` inside the sandbox")
+			fl.StringVar(&f.cwd, "cwd", "", "working `PATH` inside the sandbox (default /workspace, or the template's workdir)")
 			fl.DurationVar(&f.timeout, "timeout", 0, "kill the whole process tree after `DURATION` (exit 124); 0 means none")
 			fl.BoolVar(&f.json, "json", false, "capture output and print one JSON result object instead of streaming")
 			fl.StringVar(&f.sh, "sh", "", "run `STRING` with /bin/sh -c inside the sandbox")
@@ -134,6 +144,8 @@ func runCommand() *command {
 			fl.StringArrayVar(&f.allowDomains, "allow-domain", nil, "with --net proxy, admit `DOMAIN` ('*.example.com' for subdomains, an IP, or a CIDR like 10.0.0.0/8) (repeatable)")
 			fl.StringArrayVar(&f.denyDomains, "deny-domain", nil, "refuse `DOMAIN` even where an allowlist admits it (repeatable)")
 			fl.StringVar(&f.config, "config", "", "operator config `FILE` with default limits (default $MOAT_CONFIG or "+config.DefaultPath+")")
+			fl.StringVar(&f.template, "template", "", "run on the root filesystem of template `NAME` (default host: the host's system directories; see 'moat template')")
+			fl.StringVar(&f.store, "store", "", "template store `DIR` of --template (default the config's [store] dir, else "+rootfs.DefaultDir+")")
 		},
 		run: func(ctx context.Context, args []string) error {
 			err := runRun(ctx, f, args)
@@ -182,6 +194,10 @@ func runRun(ctx context.Context, f *runFlags, args []string) error {
 		return err
 	}
 	spec := &sandbox.Spec{Workspace: f.workspace, Limits: limits}
+	tmpl, err := f.applyTemplate(spec, defaults)
+	if err != nil {
+		return err
+	}
 	for _, v := range f.ro {
 		b, err := parseBind(v, false)
 		if err != nil {
@@ -272,7 +288,7 @@ func runRun(ctx context.Context, f *runFlags, args []string) error {
 	res, err := rt.Run(ctx, spec, proc)
 	netw.close()
 	if f.json {
-		if perr := printJSON(runResult{Result: res, Policy: rp, Network: netw.snapshot()}); perr != nil {
+		if perr := printJSON(runResult{Result: res, Template: tmpl, Policy: rp, Network: netw.snapshot()}); perr != nil {
 			return perr
 		}
 		return &exitError{code: res.ExitCode}
@@ -287,6 +303,48 @@ func runRun(ctx context.Context, f *runFlags, args []string) error {
 		fmt.Fprintf(os.Stderr, "moat: timed out after %s; the process tree was killed\n", f.timeout)
 	}
 	return &exitError{code: res.ExitCode}
+}
+
+// applyTemplate resolves --template in the store and makes spec a sandbox
+// of it: its root, its environment and working directory, and its limits
+// where the flags left them unset. It returns the template's name ("" when
+// --template was not given).
+func (f *runFlags) applyTemplate(spec *sandbox.Spec, d config.Defaults) (string, error) {
+	if f.template == "" || f.template == rootfs.HostTemplate && f.store == "" {
+		return f.template, nil
+	}
+	st, err := openStore(f.store, d)
+	if err != nil {
+		return "", fmt.Errorf("%w: --template %s: %v", sandbox.ErrInvalidSpec, f.template, err)
+	}
+	t, err := st.Template(f.template)
+	if errors.Is(err, rootfs.ErrNotFound) {
+		return "", fmt.Errorf("%w: --template %s: no such template in %s (see 'moat template ls')", sandbox.ErrInvalidSpec, f.template, st.Dir())
+	}
+	if err != nil {
+		return "", fmt.Errorf("%w: --template %s: %v", sandbox.ErrInvalidSpec, f.template, err)
+	}
+	spec.Root = st.Root(t)
+	spec.Env, spec.Workdir = t.Env, t.Workdir
+	spec.Limits = fillLimits(spec.Limits, t.Limits)
+	return t.Name, nil
+}
+
+// fillLimits fills the zero fields of l from def.
+func fillLimits(l, def sandbox.Limits) sandbox.Limits {
+	if l.MemoryBytes == 0 {
+		l.MemoryBytes = def.MemoryBytes
+	}
+	if l.CPUs == 0 {
+		l.CPUs = def.CPUs
+	}
+	if l.Pids == 0 {
+		l.Pids = def.Pids
+	}
+	if l.DiskBytes == 0 {
+		l.DiskBytes = def.DiskBytes
+	}
+	return l
 }
 
 // printResult writes one indented JSON result with the policy's decision.

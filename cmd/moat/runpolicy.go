@@ -38,7 +38,9 @@ type runPolicy struct {
 // policy's decision.
 type runResult struct {
 	*sandbox.Result
-	Policy *runPolicy `json:"policy,omitempty"`
+	// Template is the template of the sandbox's root (--template).
+	Template string     `json:"template,omitempty"`
+	Policy   *runPolicy `json:"policy,omitempty"`
 	// Network is the mode and what the egress proxy did.
 	Network *runNetwork `json:"network,omitempty"`
 }

@@ -43,9 +43,12 @@ Commands:
   ps       List a sandbox's processes
   logs     Print the output of a background process
   cp       Copy a file or directory between the host and a sandbox
+  snapshot Capture a sandbox's filesystem into a snapshot and print its id
+  restore  Roll a sandbox back to a snapshot
   rm       Delete sandboxes
 
-Run 'moat sandbox COMMAND --help' for a command's flags.
+Run 'moat sandbox COMMAND --help' for a command's flags. Snapshots are
+listed, deleted and forked into new sandboxes with 'moat snapshot'.
 
 Connection: MOAT_URL (default http://127.0.0.1:7070) and the API token
 MOAT_TOKEN, or the file MOAT_TOKEN_FILE (default /var/lib/moat/token).
@@ -88,7 +91,7 @@ func sandboxCommand() *command {
 // writing sio. Those with interspersed set take the command line of exec
 // and start after --.
 func sandboxSubcommands(sio sandboxIO) []*command {
-	return []*command{sbCreate(sio), sbList(sio), sbExec(sio), sbStart(sio), sbPs(sio), sbLogs(sio), sbCopy(sio), sbRemove(sio)}
+	return []*command{sbCreate(sio), sbList(sio), sbExec(sio), sbStart(sio), sbPs(sio), sbLogs(sio), sbCopy(sio), sbSnapshot(sio), sbRestore(sio), sbRemove(sio)}
 }
 
 // runSandbox dispatches `moat sandbox COMMAND ARGS...`.
@@ -224,14 +227,77 @@ func absHostPath(p string) (string, error) {
 	return a, nil
 }
 
+// createFlags are the flags of a sandbox's create (moat sandbox create,
+// moat snapshot fork).
+type createFlags struct {
+	f              runFlags
+	timeout, idle  time.Duration
+	hostname       string
+	labels, ro, rw []string
+	rules          ruleFlags
+}
+
+func (c *createFlags) declare(fl *pflag.FlagSet) {
+	f := &c.f
+	fl.StringVar(&f.memory, "memory", "", "memory limit `SIZE` (e.g. 512m, 2GiB)")
+	fl.Float64Var(&f.cpus, "cpus", 0, "CPU quota in `CPUS` (e.g. 0.5)")
+	fl.Int64Var(&f.pids, "pids", 0, "maximum number of processes and threads `N`")
+	fl.StringVar(&f.disk, "disk", "", "`SIZE` of the tmpfs behind /tmp, home, /dev/shm and an in-memory workspace")
+	fl.DurationVar(&c.timeout, "timeout", 0, "delete the sandbox `DURATION` after its creation (0: the daemon's default)")
+	fl.DurationVar(&c.idle, "idle-timeout", 0, "delete the sandbox after `DURATION` without a call (0: the daemon's default)")
+	fl.StringVarP(&f.workspace, "workspace", "w", "", "host `DIR` mounted read-write at /workspace (default: in memory)")
+	fl.StringArrayVar(&c.ro, "ro", nil, "extra read-only bind `HOST[:PATH]` (repeatable)")
+	fl.StringArrayVar(&c.rw, "rw", nil, "extra writable bind `HOST[:PATH]` (repeatable)")
+	fl.StringVar(&c.hostname, "hostname", "", "the sandbox's host `NAME`")
+	fl.StringArrayVarP(&c.labels, "label", "l", nil, "label the sandbox `KEY=VALUE` (repeatable)")
+	c.rules.declare(fl, "every call of the sandbox")
+}
+
+// request builds the create request the flags describe.
+func (c *createFlags) request() (api.CreateSandbox, error) {
+	f := &c.f
+	limits, err := f.limits()
+	if err != nil {
+		return api.CreateSandbox{}, err
+	}
+	req := api.CreateSandbox{Hostname: c.hostname, Limits: limits, Policy: c.rules.callRules()}
+	if req.TimeoutMs, err = durationMs("timeout", c.timeout); err != nil {
+		return req, err
+	}
+	if req.IdleTimeoutMs, err = durationMs("idle-timeout", c.idle); err != nil {
+		return req, err
+	}
+	if req.Workspace, err = absHostPath(f.workspace); err != nil {
+		return req, err
+	}
+	for i, b := range slices.Concat(c.ro, c.rw) {
+		bind, err := parseBind(b, i >= len(c.ro))
+		if err != nil {
+			return req, err
+		}
+		if bind.Source, err = absHostPath(bind.Source); err != nil {
+			return req, err
+		}
+		req.Binds = append(req.Binds, bind)
+	}
+	for _, l := range c.labels {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			return req, usageError("--label %q: want KEY=VALUE", l)
+		}
+		if req.Labels == nil {
+			req.Labels = map[string]string{}
+		}
+		req.Labels[k] = v
+	}
+	return req, nil
+}
+
 func sbCreate(sio sandboxIO) *command {
 	var (
-		f              runFlags
-		timeout, idle  time.Duration
-		hostname       string
-		labels, ro, rw []string
-		asJSON         bool
-		rules          ruleFlags
+		cf                 createFlags
+		template, snapshot string
+		asJSON             bool
 	)
 	return &command{
 		name:  "create",
@@ -239,62 +305,27 @@ func sbCreate(sio sandboxIO) *command {
 		short: "Create a sandbox and print its id",
 		long: `Create a sandbox and print its id (with --json, its whole description).
 
-Limits default to the daemon's configuration; --workspace and bind mounts
-name host paths, which the daemon accepts only when its operator allows
-them.`,
+Limits default to the template's, then to the daemon's configuration;
+--workspace and bind mounts name host paths, which the daemon accepts only
+when its operator allows them. --template chooses the root filesystem
+("host" by default: the host's system directories; 'moat template ls'
+lists the others); --snapshot starts the sandbox from one of your
+snapshots instead (with its template).`,
 		setup: func(fl *pflag.FlagSet) {
-			fl.StringVar(&f.memory, "memory", "", "memory limit `SIZE` (e.g. 512m, 2GiB)")
-			fl.Float64Var(&f.cpus, "cpus", 0, "CPU quota in `CPUS` (e.g. 0.5)")
-			fl.Int64Var(&f.pids, "pids", 0, "maximum number of processes and threads `N`")
-			fl.StringVar(&f.disk, "disk", "", "`SIZE` of the tmpfs behind /tmp, home, /dev/shm and an in-memory workspace")
-			fl.DurationVar(&timeout, "timeout", 0, "delete the sandbox `DURATION` after its creation (0: the daemon's default)")
-			fl.DurationVar(&idle, "idle-timeout", 0, "delete the sandbox after `DURATION` without a call (0: the daemon's default)")
-			fl.StringVarP(&f.workspace, "workspace", "w", "", "host `DIR` mounted read-write at /workspace (default: in memory)")
-			fl.StringArrayVar(&ro, "ro", nil, "extra read-only bind `HOST[:PATH]` (repeatable)")
-			fl.StringArrayVar(&rw, "rw", nil, "extra writable bind `HOST[:PATH]` (repeatable)")
-			fl.StringVar(&hostname, "hostname", "", "the sandbox's host `NAME`")
-			fl.StringArrayVarP(&labels, "label", "l", nil, "label the sandbox `KEY=VALUE` (repeatable)")
+			cf.declare(fl)
+			fl.StringVar(&template, "template", "", "create the sandbox from template `NAME` (default host)")
+			fl.StringVar(&snapshot, "snapshot", "", "start the sandbox from snapshot `ID` ('moat snapshot ls')")
 			fl.BoolVar(&asJSON, "json", false, "print the sandbox's description as JSON")
-			rules.declare(fl, "every call of the sandbox")
 		},
 		run: func(ctx context.Context, args []string) error {
 			if len(args) > 0 {
 				return usageError("create takes no arguments")
 			}
-			limits, err := f.limits()
+			req, err := cf.request()
 			if err != nil {
 				return err
 			}
-			req := api.CreateSandbox{Hostname: hostname, Limits: limits, Policy: rules.callRules()}
-			if req.TimeoutMs, err = durationMs("timeout", timeout); err != nil {
-				return err
-			}
-			if req.IdleTimeoutMs, err = durationMs("idle-timeout", idle); err != nil {
-				return err
-			}
-			if req.Workspace, err = absHostPath(f.workspace); err != nil {
-				return err
-			}
-			for i, b := range slices.Concat(ro, rw) {
-				bind, err := parseBind(b, i >= len(ro))
-				if err != nil {
-					return err
-				}
-				if bind.Source, err = absHostPath(bind.Source); err != nil {
-					return err
-				}
-				req.Binds = append(req.Binds, bind)
-			}
-			for _, l := range labels {
-				k, v, ok := strings.Cut(l, "=")
-				if !ok || k == "" {
-					return usageError("--label %q: want KEY=VALUE", l)
-				}
-				if req.Labels == nil {
-					req.Labels = map[string]string{}
-				}
-				req.Labels[k] = v
-			}
+			req.Template, req.Snapshot = template, snapshot
 			return withClient(func(c *client.Client) error {
 				sb, err := c.CreateSandbox(ctx, req)
 				if err != nil {
@@ -331,12 +362,16 @@ func sbList(sio sandboxIO) *command {
 					return err
 				}
 				now := time.Now()
-				return printList(sio.stdout, asJSON, list, "ID\tSTATE\tCREATED\tLAST ACTIVE\tPROCS\tLABELS", func(s api.Sandbox) string {
+				return printList(sio.stdout, asJSON, list, "ID\tSTATE\tTEMPLATE\tCREATED\tLAST ACTIVE\tPROCS\tLABELS", func(s api.Sandbox) string {
 					state := s.State
 					if s.EndReason != "" {
 						state += " (" + s.EndReason + ")"
 					}
-					return fmt.Sprintf("%s\t%s\t%s\t%s\t%d\t%s", s.ID, state, ago(now, s.CreatedAt), ago(now, s.LastActiveAt), s.Running, formatLabels(s.Labels))
+					root := orDash(s.Template)
+					if s.Snapshot != "" {
+						root += "@" + s.Snapshot
+					}
+					return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%d\t%s", s.ID, state, root, ago(now, s.CreatedAt), ago(now, s.LastActiveAt), s.Running, formatLabels(s.Labels))
 				})
 			})
 		},

@@ -18,6 +18,7 @@ import (
 
 	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/config"
+	"github.com/moat-sandbox/moat/rootfs"
 	"github.com/moat-sandbox/moat/runtime/linux"
 	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/store"
@@ -41,6 +42,7 @@ type serveFlags struct {
 	maxSandboxes   int
 	maxPerTenant   int
 	logLevel       string
+	store          string
 
 	home            string
 	policyManaged   string
@@ -62,6 +64,14 @@ give it to the person who approves, never to an agent). A --stdio daemon
 uses a data directory of its own under ` + defaultDataDir + `/stdio/ unless
 --data is given; its peer (the program that started it) may answer
 approvals.
+
+Templates and snapshots live in the store (--store, default the config's
+[store] dir, else ` + rootfs.DefaultDir + `), shared with 'moat template'
+and 'moat run --template': sandboxes are created from a template (the
+built-in "host", or one imported with 'moat template import') or from a
+snapshot, and can be snapshotted, restored and forked ('moat sandbox
+snapshot|restore', 'moat snapshot'). Warm pools ([[pool]] in the config:
+template, profile, size) keep sandboxes created ahead of need.
 
 Policy: every sandbox gets the policy layers at its create: the managed
 file (--policy-managed, default /etc/moat/policy.toml), the user file
@@ -85,7 +95,7 @@ Endpoints: /v1/... (see docs/API.md and docs/openapi.json), /healthz,
 /readyz, /metrics (Prometheus text format).
 
 Exit codes: 0 after a clean stop; 125 if the daemon could not start (bad
-flag, data directory, tokens file, address in use, host lacking a
+flag, data directory, store, tokens file, address in use, host lacking a
 protection).`
 
 func serveCommand() *command {
@@ -100,6 +110,7 @@ func serveCommand() *command {
 			fl.StringVar(&f.data, "data", "", "data `DIR` (default "+defaultDataDir+")")
 			fl.BoolVar(&f.stdio, "stdio", false, "serve JSON-RPC 2.0 on stdin/stdout instead of HTTP")
 			fl.StringVar(&f.config, "config", "", "operator config `FILE` with default limits (default $MOAT_CONFIG or "+config.DefaultPath+")")
+			fl.StringVar(&f.store, "store", "", "template and snapshot store `DIR` (default the config's [store] dir, else "+rootfs.DefaultDir+")")
 			fl.BoolVar(&f.allowHostPaths, "allow-host-paths", false, "let HTTP callers bind host directories (always on with --stdio)")
 			fl.DurationVar(&f.timeout, "default-timeout", server.DefaultTimeout, "maximum age of a sandbox created without timeout_ms")
 			fl.DurationVar(&f.idleTimeout, "idle-timeout", server.DefaultIdleTimeout, "idle timeout of a sandbox created without idle_timeout_ms")
@@ -191,6 +202,14 @@ func runServe(ctx context.Context, f *serveFlags, args []string) error {
 	if err != nil {
 		return err
 	}
+	layers, err := openStore(f.store, defaults)
+	if err != nil {
+		return err
+	}
+	pools := make([]server.PoolConfig, 0, len(defaults.Pools))
+	for _, p := range defaults.Pools {
+		pools = append(pools, server.PoolConfig{Template: p.Template, Profile: p.Profile, Size: p.Size})
+	}
 	tape, err := audit.Open(filepath.Join(dataDir, "audit"))
 	if err != nil {
 		return fmt.Errorf("audit tape (is another daemon using %s?): %w", dataDir, err)
@@ -214,7 +233,8 @@ func runServe(ctx context.Context, f *serveFlags, args []string) error {
 		DefaultTimeout: f.timeout, DefaultIdleTimeout: f.idleTimeout,
 		MaxSandboxes: f.maxSandboxes, MaxPerTenant: f.maxPerTenant,
 		Home: f.home, PolicyManaged: f.policyManaged, PolicyUser: f.policyUser, ApprovalTimeout: f.approvalTimeout,
-		HidePaths: []string{absData}, DNSServer: defaults.DNSServer,
+		HidePaths: []string{absData, layers.Dir()}, DNSServer: defaults.DNSServer,
+		Layers: layers, Pools: pools,
 	})
 	if err != nil {
 		return err
