@@ -18,10 +18,11 @@ demo: build
 	sh scripts/demo.sh $(BIN)
 
 # Debian packages the tests use as ordinary programs inside and outside
-# the sandbox: python3 and util-linux, and the network clients of
-# tests/network (curl, wget, git, pip, npm).
+# the sandbox: python3 and util-linux, the network clients of
+# tests/network (curl, wget, git, pip, npm), and busybox-static, the one
+# static binary the template and OCI-import tests build roots from.
 test-deps:
-	@need=""; for p in python3:python3 script:util-linux curl:curl wget:wget git:git pip3:python3-pip npm:npm; do \
+	@need=""; for p in python3:python3 script:util-linux curl:curl wget:wget git:git pip3:python3-pip npm:npm busybox:busybox-static; do \
 		command -v $${p%%:*} >/dev/null || need="$$need $${p#*:}"; done; \
 	test -z "$$need" || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need; }
 

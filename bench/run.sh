@@ -5,6 +5,7 @@
 #   make bench
 #   CONTROLPLANE_ARGS="--iterations 20 --soak 10s" bash bench/run.sh
 #   CONTROLPLANE_ARGS=skip bash bench/run.sh     # without the control plane
+#   ROOTFS_ARGS="--rounds 50" bash bench/run.sh  # bench/rootfs flags (or skip)
 #
 # Installs the peers it needs from Debian when missing, builds moat from
 # this checkout, runs bench/startup (results in bench/results/) and prints
@@ -95,6 +96,12 @@ if [[ ${CONTROLPLANE_ARGS:-} != skip ]]; then
 	CGO_ENABLED=0 go run ./bench/controlplane --moat bin/moat \
 		--json bench/results/controlplane.json \
 		--markdown bench/results/controlplane.md ${CONTROLPLANE_ARGS:-} || status=$?
+fi
+if [[ ${ROOTFS_ARGS:-} != skip ]]; then
+	command -v busybox >/dev/null 2>&1 || as_root apt-get install -y -qq busybox-static
+	log "running bench/rootfs ${ROOTFS_ARGS:-} (warm pool claim, cold create host vs OCI template, snapshot, fork)"
+	# shellcheck disable=SC2086 # ROOTFS_ARGS is a list of flags
+	CGO_ENABLED=0 go run ./bench/rootfs --out bench/results/rootfs.json ${ROOTFS_ARGS:-} || status=$?
 fi
 if ((status != 0)); then
 	log "benchmark failed (exit $status); see above"

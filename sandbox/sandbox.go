@@ -107,6 +107,24 @@ type Limits struct {
 	DiskBytes int64 `json:"disk_bytes,omitempty"`
 }
 
+// Or returns l with each zero field taken from def (a template's or an
+// operator's defaults).
+func (l Limits) Or(def Limits) Limits {
+	if l.MemoryBytes == 0 {
+		l.MemoryBytes = def.MemoryBytes
+	}
+	if l.CPUs == 0 {
+		l.CPUs = def.CPUs
+	}
+	if l.Pids == 0 {
+		l.Pids = def.Pids
+	}
+	if l.DiskBytes == 0 {
+		l.DiskBytes = def.DiskBytes
+	}
+	return l
+}
+
 // Secret is a value handed to a process without passing through its
 // environment, argv or any disk: it appears inside as a sealed in-memory
 // file whose path is in the environment variable Name+"_FILE", and its

@@ -229,7 +229,7 @@ func (s *Service) buildSpec(c Caller, req *api.CreateSandbox) (*built, error) {
 		return nil, err
 	}
 	spec := &sandbox.Spec{Workspace: req.Workspace, Binds: req.Binds, Hostname: req.Hostname,
-		Limits: withDefaults(req.Limits, tmpl.Limits), Root: root, Env: tmpl.Env, Workdir: tmpl.Workdir}
+		Limits: req.Limits.Or(tmpl.Limits), Root: root, Env: tmpl.Env, Workdir: tmpl.Workdir}
 	pol, spec, err := s.loadPolicy(req, spec, netDeny)
 	if err != nil {
 		if api.AsError(err).Code == api.CodePolicyDenied {
@@ -238,23 +238,6 @@ func (s *Service) buildSpec(c Caller, req *api.CreateSandbox) (*built, error) {
 		return nil, err
 	}
 	return &built{spec: spec, pol: pol, netMode: netMode, tmpl: tmpl, snap: snap}, nil
-}
-
-// withDefaults fills the zero fields of l from def.
-func withDefaults(l, def sandbox.Limits) sandbox.Limits {
-	if l.MemoryBytes == 0 {
-		l.MemoryBytes = def.MemoryBytes
-	}
-	if l.CPUs == 0 {
-		l.CPUs = def.CPUs
-	}
-	if l.Pids == 0 {
-		l.Pids = def.Pids
-	}
-	if l.DiskBytes == 0 {
-		l.DiskBytes = def.DiskBytes
-	}
-	return l
 }
 
 // launch starts the sandbox b describes, from a warm pool when one holds

@@ -3,6 +3,8 @@
 // Linux runtime), on this machine, in one run:
 //
 //   - warm: create from a warm pool → first successful `echo` (claim);
+//   - warm-runtime: the sandbox's share of that, without the control plane
+//     (health check, limits applied, first echo on a sandbox made ahead);
 //   - cold-host / cold-oci: the same create → echo without a pool, from the
 //     host template and from a template imported from an OCI image;
 //   - snapshot: capture a sandbox holding --snapshot-mib MiB of written
@@ -41,6 +43,7 @@ import (
 	"github.com/moat-sandbox/moat/config"
 	"github.com/moat-sandbox/moat/rootfs"
 	"github.com/moat-sandbox/moat/runtime/linux"
+	"github.com/moat-sandbox/moat/sandbox"
 	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/store"
 )
@@ -86,6 +89,7 @@ type snapshotFigures struct {
 }
 
 type env struct {
+	rt      *linux.Runtime
 	c       *client.Client
 	ready   chan string
 	tempDir string
@@ -114,9 +118,20 @@ func run(rounds, warmup, snapRounds, forks, snapMiB, poolSize int, out string) e
 		{"warm", api.CreateSandbox{}},
 		{"cold-host", api.CreateSandbox{Hostname: "cold"}}, // a hostname: no pool serves it
 		{"cold-oci", api.CreateSandbox{Template: "bench-oci"}},
+		{"warm-runtime", api.CreateSandbox{}},
 	}
 	for i := range warmup + rounds {
 		for _, k := range kinds {
+			if k.name == "warm-runtime" {
+				ms, err := e.runtimeClaim(ctx)
+				if err != nil {
+					res.Failures++
+					fmt.Fprintf(os.Stderr, "%s: %v\n", k.name, err)
+				} else if i >= warmup {
+					samples[k.name] = append(samples[k.name], ms)
+				}
+				continue
+			}
 			if k.name == "warm" {
 				<-e.ready // a sandbox is ready (not timed)
 			}
@@ -241,7 +256,7 @@ func start(ctx context.Context, dir string, poolSize int) (*env, func(), error) 
 		tape.Close()
 		st.Close()
 	}
-	return &env{c: c, ready: ready, tempDir: dir}, stop, nil
+	return &env{rt: rt, c: c, ready: ready, tempDir: dir}, stop, nil
 }
 
 // createEcho times create → the first successful echo; the sandbox is
@@ -262,6 +277,32 @@ func (e *env) createEcho(ctx context.Context, req api.CreateSandbox) (float64, *
 		return 0, nil, fmt.Errorf("echo: exit %d %q", r.ExitCode, r.Stdout)
 	}
 	return ms, sb.Snapshot(), nil
+}
+
+// runtimeClaim is the sandbox's share of a warm claim, without the control
+// plane (no policy load, store or audit write, HTTP): a sandbox created
+// ahead (not timed), then health check, limits applied and the first echo
+// (timed).
+func (e *env) runtimeClaim(ctx context.Context) (float64, error) {
+	sb, err := e.rt.Create(ctx, &sandbox.Spec{})
+	if err != nil {
+		return 0, err
+	}
+	defer sb.Shutdown(context.Background())
+	c := sb.(sandbox.Claimable)
+	t0 := time.Now()
+	if err := c.Ping(ctx); err != nil {
+		return 0, err
+	}
+	if err := c.SetLimits(sandbox.Limits{MemoryBytes: 512 << 20}); err != nil {
+		return 0, err
+	}
+	r, err := sb.Exec(ctx, &sandbox.Process{Args: []string{"echo", "hi"}})
+	ms := float64(time.Since(t0).Microseconds()) / 1000
+	if err != nil || r.ExitCode != 0 || string(r.Stdout) != "hi\n" {
+		return 0, fmt.Errorf("echo: %v %+v", err, r)
+	}
+	return ms, nil
 }
 
 // snapshotFork writes mib MiB of fresh random files into a new sandbox,
@@ -356,7 +397,7 @@ func report(w io.Writer, r *result) {
 		m.OS, m.Kernel, m.CPUs, m.CPUModel, r.Commit, r.LoadAvg)
 	fmt.Fprintln(w, "| kind | n | p50 ms | p95 ms | p99 ms |")
 	fmt.Fprintln(w, "|---|---|---|---|---|")
-	for _, k := range []string{"warm", "cold-host", "cold-oci", "snapshot", "fork"} {
+	for _, k := range []string{"warm", "warm-runtime", "cold-host", "cold-oci", "snapshot", "fork"} {
 		s, ok := r.Kinds[k]
 		if !ok {
 			continue

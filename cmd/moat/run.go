@@ -326,25 +326,8 @@ func (f *runFlags) applyTemplate(spec *sandbox.Spec, d config.Defaults) (string,
 	}
 	spec.Root = st.Root(t)
 	spec.Env, spec.Workdir = t.Env, t.Workdir
-	spec.Limits = fillLimits(spec.Limits, t.Limits)
+	spec.Limits = spec.Limits.Or(t.Limits)
 	return t.Name, nil
-}
-
-// fillLimits fills the zero fields of l from def.
-func fillLimits(l, def sandbox.Limits) sandbox.Limits {
-	if l.MemoryBytes == 0 {
-		l.MemoryBytes = def.MemoryBytes
-	}
-	if l.CPUs == 0 {
-		l.CPUs = def.CPUs
-	}
-	if l.Pids == 0 {
-		l.Pids = def.Pids
-	}
-	if l.DiskBytes == 0 {
-		l.DiskBytes = def.DiskBytes
-	}
-	return l
 }
 
 // printResult writes one indented JSON result with the policy's decision.

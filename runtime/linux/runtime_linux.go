@@ -82,18 +82,7 @@ func (r *Runtime) cgroupLayout() *cgroupLayout {
 
 // limitsFor fills the zero fields of l from the runtime's defaults.
 func (r *Runtime) limitsFor(l sandbox.Limits) sandbox.Limits {
-	if l.MemoryBytes == 0 {
-		l.MemoryBytes = r.defaults.MemoryBytes
-	}
-	if l.CPUs == 0 {
-		l.CPUs = r.defaults.CPUs
-	}
-	if l.Pids == 0 {
-		l.Pids = r.defaults.Pids
-	}
-	if l.DiskBytes == 0 {
-		l.DiskBytes = r.defaults.DiskBytes
-	}
+	l = l.Or(r.defaults)
 	if l.DiskBytes <= 0 {
 		l.DiskBytes = DefaultDiskBytes
 	}
