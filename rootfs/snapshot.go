@@ -9,7 +9,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -264,7 +263,19 @@ func clearOpaque(tree, rel string) error {
 	return nil
 }
 
-var validSnapshotID = regexp.MustCompile(`^snap-[0-9a-f]{20}$`)
+// validSnapshotID accepts "snap-" and 20 lower-case hex digits.
+func validSnapshotID(id string) bool {
+	hexPart, ok := strings.CutPrefix(id, "snap-")
+	if !ok || len(hexPart) != 20 {
+		return false
+	}
+	for i := range len(hexPart) {
+		if c := hexPart[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
 
 func (s *Store) snapshotPath(id string) string {
 	return filepath.Join(s.dir, "snapshots", id+".json")
@@ -272,7 +283,7 @@ func (s *Store) snapshotPath(id string) string {
 
 // Snapshot returns the snapshot id.
 func (s *Store) Snapshot(id string) (*Snapshot, error) {
-	if !validSnapshotID.MatchString(id) {
+	if !validSnapshotID(id) {
 		return nil, fmt.Errorf("snapshot %q: %w", id, ErrNotFound)
 	}
 	sn := &Snapshot{}

@@ -26,7 +26,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 
@@ -207,8 +206,22 @@ func (s *Store) layerInUse(digest string) bool {
 }
 
 // validName accepts template names: lower-case letters, digits and
-// ".-_", starting with a letter or digit, at most 63 bytes.
-var validName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+// ".-_", starting with a letter or digit, at most 63 bytes. (No regexp:
+// a package-level one is compiled by every moat process, the sandbox's
+// init included.)
+func validName(s string) bool {
+	if len(s) == 0 || len(s) > 63 {
+		return false
+	}
+	for i := range len(s) {
+		c := s[i]
+		ok := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || i > 0 && (c == '.' || c == '_' || c == '-')
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
 
 // writeJSON writes v to path atomically (temp file and rename).
 func writeJSON(path string, v any) error {

@@ -71,7 +71,7 @@ type ImportRequest struct {
 // directory and becomes visible only once complete (rename under the store
 // lock), so an interrupted or refused import leaves nothing usable.
 func (s *Store) Import(ctx context.Context, req ImportRequest) (*Template, error) {
-	if !validName.MatchString(req.Name) || req.Name == HostTemplate {
+	if !validName(req.Name) || req.Name == HostTemplate {
 		return nil, fmt.Errorf("%w: template name %q (want [a-z0-9][a-z0-9._-]*, at most 63 bytes, not %q)", ErrInvalid, req.Name, HostTemplate)
 	}
 	if _, err := s.Template(req.Name); err == nil {
@@ -152,7 +152,7 @@ func (s *Store) Template(name string) (*Template, error) {
 	if name == "" || name == HostTemplate {
 		return &Template{Name: HostTemplate, Source: "host"}, nil
 	}
-	if !validName.MatchString(name) {
+	if !validName(name) {
 		return nil, fmt.Errorf("template %q: %w", name, ErrNotFound)
 	}
 	t := &Template{}
