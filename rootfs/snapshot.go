@@ -286,14 +286,7 @@ func (s *Store) Snapshot(id string) (*Snapshot, error) {
 	if !validSnapshotID(id) {
 		return nil, fmt.Errorf("snapshot %q: %w", id, ErrNotFound)
 	}
-	sn := &Snapshot{}
-	if err := readJSON(s.snapshotPath(id), sn); err != nil {
-		if errors.Is(err, ErrNotFound) {
-			return nil, fmt.Errorf("snapshot %q: %w", id, ErrNotFound)
-		}
-		return nil, err
-	}
-	return sn, nil
+	return readMeta[Snapshot](s.snapshotPath(id), fmt.Sprintf("snapshot %q", id))
 }
 
 // Snapshots lists every snapshot, oldest first.
@@ -345,27 +338,35 @@ func (s *Store) RemoveSnapshot(id string) error {
 	if err != nil {
 		return err
 	}
+	return s.remove("snapshot "+id, s.snapshotPath(id), sn.Layer, func(o *Snapshot) bool { return o.Parent == id })
+}
+
+// remove deletes the metadata file meta of a template or snapshot (what)
+// and, unless something else refers to it, its layer. It refuses
+// (ErrInUse) while a snapshot depends on it or a live sandbox holds the
+// layer. Called with the store lock held.
+func (s *Store) remove(what, meta, layer string, dependent func(*Snapshot) bool) error {
 	all, err := s.Snapshots()
 	if err != nil {
 		return err
 	}
-	var children []string
-	for _, o := range all {
-		if o.Parent == id {
-			children = append(children, o.ID)
+	var users []string
+	for _, sn := range all {
+		if dependent(sn) {
+			users = append(users, sn.ID)
 		}
 	}
-	if len(children) > 0 {
-		return fmt.Errorf("snapshot %s has snapshots layered on it (%s): %w", id, strings.Join(children, ", "), ErrInUse)
+	if len(users) > 0 {
+		return fmt.Errorf("%s has snapshots layered on it (%s): %w", what, strings.Join(users, ", "), ErrInUse)
 	}
-	if s.layerInUse(sn.Layer) {
-		return fmt.Errorf("snapshot %s is used by a live sandbox: %w", id, ErrInUse)
+	if s.layerInUse(layer) {
+		return fmt.Errorf("%s is used by a live sandbox: %w", what, ErrInUse)
 	}
-	if err := os.Remove(s.snapshotPath(id)); err != nil {
+	if err := os.Remove(meta); err != nil {
 		return err
 	}
-	if s.layerReferenced(sn.Layer) {
+	if s.layerReferenced(layer) {
 		return nil
 	}
-	return s.removeLayer(sn.Layer)
+	return s.removeLayer(layer)
 }

@@ -255,6 +255,19 @@ func readJSON(path string, v any) error {
 	return nil
 }
 
+// readMeta reads a template's or snapshot's metadata at path; a missing
+// file is ErrNotFound naming what.
+func readMeta[T any](path, what string) (*T, error) {
+	v := new(T)
+	if err := readJSON(path, v); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return nil, fmt.Errorf("%s: %w", what, ErrNotFound)
+		}
+		return nil, err
+	}
+	return v, nil
+}
+
 // listJSON reads every *.json of dir/ into values made by mk, in name order.
 func listJSON[T any](dir string) ([]*T, error) {
 	ents, err := os.ReadDir(dir)

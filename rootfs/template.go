@@ -2,11 +2,9 @@ package rootfs
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/moat-sandbox/moat/fstree"
@@ -155,14 +153,7 @@ func (s *Store) Template(name string) (*Template, error) {
 	if !validName(name) {
 		return nil, fmt.Errorf("template %q: %w", name, ErrNotFound)
 	}
-	t := &Template{}
-	if err := readJSON(s.templatePath(name), t); err != nil {
-		if errors.Is(err, ErrNotFound) {
-			return nil, fmt.Errorf("template %q: %w", name, ErrNotFound)
-		}
-		return nil, err
-	}
-	return t, nil
+	return readMeta[Template](s.templatePath(name), fmt.Sprintf("template %q", name))
 }
 
 // Templates lists the templates, the host template first.
@@ -191,29 +182,7 @@ func (s *Store) RemoveTemplate(name string) error {
 	if err != nil {
 		return err
 	}
-	snaps, err := s.Snapshots()
-	if err != nil {
-		return err
-	}
-	var users []string
-	for _, sn := range snaps {
-		if sn.Template == name {
-			users = append(users, sn.ID)
-		}
-	}
-	if len(users) > 0 {
-		return fmt.Errorf("template %q has snapshots (%s): %w", name, strings.Join(users, ", "), ErrInUse)
-	}
-	if s.layerInUse(t.Layer) {
-		return fmt.Errorf("template %q is used by a live sandbox: %w", name, ErrInUse)
-	}
-	if err := os.Remove(s.templatePath(name)); err != nil {
-		return err
-	}
-	if s.layerReferenced(t.Layer) {
-		return nil
-	}
-	return s.removeLayer(t.Layer)
+	return s.remove(fmt.Sprintf("template %q", name), s.templatePath(name), t.Layer, func(sn *Snapshot) bool { return sn.Template == name })
 }
 
 // layerReferenced reports whether a template or snapshot refers to the

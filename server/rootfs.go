@@ -184,12 +184,17 @@ func (s *Service) listSnapshots(ctx context.Context, c Caller, in *input) (any, 
 	return &out, nil
 }
 
-func (s *Service) getSnapshot(ctx context.Context, c Caller, in *input) (any, error) {
+// snapshotRef decodes a SnapshotRef and finds the caller's snapshot.
+func (s *Service) snapshotRef(c Caller, in *input) (*rootfs.Snapshot, error) {
 	req, err := decode[api.SnapshotRef](in)
 	if err != nil {
 		return nil, err
 	}
-	sn, err := s.tenantSnapshot(c, req.Snapshot)
+	return s.tenantSnapshot(c, req.Snapshot)
+}
+
+func (s *Service) getSnapshot(ctx context.Context, c Caller, in *input) (any, error) {
+	sn, err := s.snapshotRef(c, in)
 	if err != nil {
 		return nil, err
 	}
@@ -198,11 +203,7 @@ func (s *Service) getSnapshot(ctx context.Context, c Caller, in *input) (any, er
 }
 
 func (s *Service) deleteSnapshot(ctx context.Context, c Caller, in *input) (any, error) {
-	req, err := decode[api.SnapshotRef](in)
-	if err != nil {
-		return nil, err
-	}
-	sn, err := s.tenantSnapshot(c, req.Snapshot)
+	sn, err := s.snapshotRef(c, in)
 	if err != nil {
 		return nil, err
 	}
