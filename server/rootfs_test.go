@@ -176,6 +176,24 @@ func TestPoolClaimEnforcesClaimerPolicy(t *testing.T) {
 	if got := curl("http://allowed.test/"); strings.Contains(got, "denied") || strings.HasPrefix(got, "000") {
 		t.Errorf("proxy answers %q for a name on the caller's allowlist", got)
 	}
+	// Control: a pooled sandbox claimed with the pool's defaults (no
+	// rules, limits or network of the caller's) does all three.
+	waitFill()
+	r = h.do("POST", "/v1/sandboxes", tokenB, api.CreateSandbox{})
+	var plain api.Sandbox
+	r.decode(t, &plain)
+	if r.status != http.StatusCreated || !plain.Pooled {
+		t.Fatalf("control create: %d pooled=%v", r.status, plain.Pooled)
+	}
+	if res := h.run(tokenB, plain.ID, "cat /etc/hostname"); res.ExitCode != 0 {
+		t.Errorf("control: cat exit %d", res.ExitCode)
+	}
+	if res := h.run(tokenB, plain.ID, "python3 -c 'b = bytearray(200 << 20); print(len(b))'"); !strings.Contains(string(res.Stdout), "209715200") {
+		t.Errorf("control: 200 MiB not allocated without a limit: exit %d %s%s", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	if got := string(h.run(tokenB, plain.ID, "curl -s -o /dev/null -w '%{http_code}' http://denied.test/").Stdout); got != "000" {
+		t.Errorf("control: without the proxy curl got %q, want no connection (000)", got)
+	}
 	// The pool refills; a create the pool cannot serve (a hostname) is a
 	// cold create.
 	waitFill()
@@ -187,7 +205,7 @@ func TestPoolClaimEnforcesClaimerPolicy(t *testing.T) {
 	}
 	var m strings.Builder
 	h.svc.metrics.reg.WritePrometheus(&m)
-	if !strings.Contains(m.String(), `moat_pool_ready{template="host",profile=""} 1`) || !strings.Contains(m.String(), `moat_pool_events_total{template="host",event="hit"} 1`) {
+	if !strings.Contains(m.String(), `moat_pool_ready{template="host",profile=""} 1`) || !strings.Contains(m.String(), `moat_pool_events_total{template="host",event="hit"} 2`) {
 		t.Errorf("metrics:\n%s", m.String())
 	}
 }
