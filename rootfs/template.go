@@ -144,11 +144,14 @@ func (s *Store) templatePath(name string) string {
 	return filepath.Join(s.dir, "templates", name+".json")
 }
 
+// Host is the built-in host template.
+func Host() *Template { return &Template{Name: HostTemplate, Source: "host"} }
+
 // Template returns the template called name; the host template always
 // exists.
 func (s *Store) Template(name string) (*Template, error) {
 	if name == "" || name == HostTemplate {
-		return &Template{Name: HostTemplate, Source: "host"}, nil
+		return Host(), nil
 	}
 	if !validName(name) {
 		return nil, fmt.Errorf("template %q: %w", name, ErrNotFound)
@@ -162,8 +165,7 @@ func (s *Store) Templates() ([]*Template, error) {
 	if err != nil {
 		return nil, err
 	}
-	host, _ := s.Template(HostTemplate)
-	return append([]*Template{host}, ts...), nil
+	return append([]*Template{Host()}, ts...), nil
 }
 
 // RemoveTemplate removes a template and, unless something else refers to

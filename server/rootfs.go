@@ -9,6 +9,7 @@ import (
 
 	"github.com/moat-sandbox/moat/api"
 	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/fstree"
 	"github.com/moat-sandbox/moat/rootfs"
 	"github.com/moat-sandbox/moat/sandbox"
 )
@@ -32,6 +33,8 @@ func rootfsError(err error) error {
 		return api.Errorf(api.CodeConflict, "%v", err)
 	case errors.Is(err, rootfs.ErrInvalid):
 		return api.Errorf(api.CodeInvalidArgument, "%v", err)
+	case errors.Is(err, fstree.ErrLimit):
+		return api.Errorf(api.CodeTooLarge, "%v", err)
 	case errors.Is(err, sandbox.ErrNoFreezer):
 		return api.Errorf(api.CodeUnimplemented, "%v", err)
 	}
@@ -46,7 +49,7 @@ func (s *Service) resolveRoot(c Caller, template, snapshot string) (*rootfs.Temp
 		if (template != "" && template != rootfs.HostTemplate) || snapshot != "" {
 			return nil, nil, nil, errNoLayers()
 		}
-		return &rootfs.Template{Name: rootfs.HostTemplate, Source: "host"}, nil, nil, nil
+		return rootfs.Host(), nil, nil, nil
 	}
 	if snapshot != "" {
 		sn, err := s.tenantSnapshot(c, snapshot)
@@ -98,7 +101,7 @@ func (s *Service) listTemplates(ctx context.Context, c Caller, in *input) (any, 
 	if _, err := decode[api.ListTemplates](in); err != nil {
 		return nil, err
 	}
-	ts := []*rootfs.Template{{Name: rootfs.HostTemplate, Source: "host"}}
+	ts := []*rootfs.Template{rootfs.Host()}
 	if s.cfg.Layers != nil {
 		var err error
 		if ts, err = s.cfg.Layers.Templates(); err != nil {

@@ -599,15 +599,12 @@ func rootDescription(root *sandbox.RootFS, upperBytes int64) string {
 	if name == "" {
 		name = "host"
 	}
-	return fmt.Sprintf("overlay: template %s, %d snapshot layer(s), idmapped read-only lower layers, private upper layer (tmpfs, %d bytes)",
-		name, max(0, len(root.Layers)-boolInt(!root.Host)), upperBytes)
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
+	snapshots := len(root.Layers)
+	if !root.Host {
+		snapshots-- // the bottom layer is the template's root
 	}
-	return 0
+	return fmt.Sprintf("overlay: template %s, %d snapshot layer(s), idmapped read-only lower layers, private upper layer (tmpfs, %d bytes)",
+		name, snapshots, upperBytes)
 }
 
 // defaultEnv is the environment every process starts from; the host's
