@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/bench/internal/machine"
+	"github.com/moat-sandbox/moat/bench/internal/moatd"
 )
 
 type options struct {
@@ -221,17 +222,17 @@ func execute(ctx context.Context, o *options, rep *report, logf func(string, ...
 	}()
 
 	limit := strconv.Itoa(max(128, o.soakSandboxes+o.burst))
-	d, err := startDaemon(ctx, bin, []string{"--max-sandboxes", limit, "--max-per-tenant", limit}, 30*time.Second)
+	d, err := moatd.Start(ctx, bin, "moat-bench-controlplane-", []string{"--max-sandboxes", limit, "--max-per-tenant", limit}, 30*time.Second)
 	if err != nil {
 		rep.Errors = append(rep.Errors, "starting the daemon: "+err.Error())
 		return 1
 	}
-	rep.Daemon.Command = machine.ShellQuote(d.argv)
-	rep.Daemon.URL = d.url
-	logf("daemon pid %d listening on %s", d.pid, d.url)
+	rep.Daemon.Command = machine.ShellQuote(d.Argv)
+	rep.Daemon.URL = d.URL
+	logf("daemon pid %d listening on %s", d.PID, d.URL)
 
 	b := &bench{o: o, d: d, rep: rep, start: time.Now(), logf: logf,
-		c: newClient(d.url, d.token, 2*o.burst, o.callTimeout)}
+		c: newClient(d.URL, d.Token, 2*o.burst, o.callTimeout)}
 	rep.Memory = append(rep.Memory, b.snap("daemon started", false))
 	one, err := machine.NewTimer(o.callTimeout, true)
 	if err != nil {
@@ -254,14 +255,14 @@ func execute(ctx context.Context, o *options, rep *report, logf func(string, ...
 	b.c.close()
 	rep.Memory = append(rep.Memory, b.snap("before SIGTERM", false))
 
-	took, err := d.stop(30 * time.Second)
+	took, err := d.Stop(30 * time.Second)
 	rep.Daemon.StopMs = ms(took)
 	rep.Daemon.ExitedOK = err == nil
 	if err != nil {
 		rep.Errors = append(rep.Errors, "stopping the daemon: "+err.Error())
 	}
 	rep.Daemon.Connections = dials.Load()
-	rep.Daemon.LogLines, rep.Daemon.LogProblems, rep.Daemon.FirstProblems = d.logProblems()
+	rep.Daemon.LogLines, rep.Daemon.LogProblems, rep.Daemon.FirstProblems = d.LogProblems()
 	logf("daemon stopped in %.1f ms (exit ok: %v); %d log lines at WARN or ERROR", ms(took), err == nil, rep.Daemon.LogProblems)
 	return 0
 }

@@ -7,17 +7,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
-)
 
-func TestParseListening(t *testing.T) {
-	line := `time=2026-11-21T19:11:59.375Z level=INFO msg=listening url=http://127.0.0.1:45593 token_file=/tmp/d/token data=/tmp/d`
-	if got, ok := parseListening(line); !ok || got != "http://127.0.0.1:45593" {
-		t.Errorf("parseListening = %q, %v", got, ok)
-	}
-	if _, ok := parseListening(`level=INFO msg=listening url=unix:/run/moat.sock`); ok {
-		t.Error("a unix socket url was taken for http")
-	}
-}
+	"github.com/moat-sandbox/moat/bench/internal/procfs"
+)
 
 func TestParseHistograms(t *testing.T) {
 	text := strings.Join([]string{
@@ -87,7 +79,7 @@ func TestDescendants(t *testing.T) {
 		t.Skip(err)
 	}
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	if got := descendants(os.Getpid()); !slices.Contains(got, cmd.Process.Pid) {
+	if got := procfs.Descendants(os.Getpid()); !slices.Contains(got, cmd.Process.Pid) {
 		t.Errorf("descendants(self) = %v, lacks %d", got, cmd.Process.Pid)
 	}
 	if m := snapshot(os.Getpid(), "t", 0, true); m.DaemonRSSKB <= 0 || m.SandboxProcs < 1 || m.SandboxPSSKB == nil {

@@ -13,13 +13,14 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/bench/internal/machine"
+	"github.com/moat-sandbox/moat/bench/internal/moatd"
 	"github.com/moat-sandbox/moat/bench/internal/stats"
 )
 
 // bench holds what every phase uses.
 type bench struct {
 	o      *options
-	d      *daemon
+	d      *moatd.Daemon
 	c      *apiClient // shared keep-alive client of the TTI and exec phases
 	rep    *report
 	start  time.Time // the daemon started listening
@@ -29,7 +30,7 @@ type bench struct {
 }
 
 func (b *bench) snap(phase string, pss bool) memSnapshot {
-	return snapshot(b.d.pid, phase, time.Since(b.start).Seconds(), pss)
+	return snapshot(b.d.PID, phase, time.Since(b.start).Seconds(), pss)
 }
 
 func (b *bench) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -361,7 +362,7 @@ func (b *bench) soak(ctx context.Context) *soakResult {
 	clients := make([]*apiClient, n)
 	ids := make([]string, n)
 	for i := range clients {
-		clients[i] = newClient(b.d.url, b.d.token, 2, b.o.callTimeout)
+		clients[i] = newClient(b.d.URL, b.d.Token, 2, b.o.callTimeout)
 	}
 	defer func() {
 		for _, c := range clients {

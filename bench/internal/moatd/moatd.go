@@ -1,4 +1,8 @@
-package main
+// Package moatd runs a `moat serve` daemon for a benchmark: started on an
+// ephemeral loopback port with a data directory of its own, ready once its
+// "listening" log line is read (never after a sleep), stopped with SIGTERM
+// and checked to exit 0. Its warnings and errors are kept for the report.
+package moatd
 
 import (
 	"bufio"
@@ -15,15 +19,16 @@ import (
 	"time"
 )
 
-// daemon is a `moat serve` started by the benchmark on an ephemeral port,
-// with a data directory of its own that stop removes.
-type daemon struct {
+// Daemon is a `moat serve` started by the benchmark on an ephemeral port,
+// with a data directory of its own that Stop removes.
+type Daemon struct {
+	Argv  []string // the exact command line
+	URL   string   // http://127.0.0.1:PORT, from its "listening" log line
+	Token string   // the default tenant's API token
+	PID   int
+
 	cmd     *exec.Cmd
-	argv    []string
 	dataDir string
-	url     string // http://127.0.0.1:PORT, from its "listening" log line
-	token   string
-	pid     int
 
 	exited chan struct{} // closed when cmd.Wait returned
 	err    error         // cmd.Wait's error, valid once exited is closed
@@ -38,17 +43,18 @@ type daemon struct {
 // maxLogKept is how many WARN/ERROR lines the report keeps verbatim.
 const maxLogKept = 10
 
-// startDaemon starts bin serve with extra flags and returns once its
+// Start starts bin serve with extra flags and returns once its
 // "listening" log line has been read (never by sleeping), or fails when it
-// exits first or takes longer than timeout.
-func startDaemon(ctx context.Context, bin string, extra []string, timeout time.Duration) (*daemon, error) {
-	dir, err := os.MkdirTemp("", "moat-bench-controlplane-") // mode 0700, as serve wants
+// exits first or takes longer than timeout. Its data directory is a new
+// temporary directory named after prefix.
+func Start(ctx context.Context, bin, prefix string, extra []string, timeout time.Duration) (*Daemon, error) {
+	dir, err := os.MkdirTemp("", prefix) // mode 0700, as serve wants
 	if err != nil {
 		return nil, err
 	}
-	d := &daemon{dataDir: dir, exited: make(chan struct{})}
-	d.argv = append([]string{bin, "serve", "--data", dir, "--listen", "127.0.0.1:0"}, extra...)
-	d.cmd = exec.Command(d.argv[0], d.argv[1:]...)
+	d := &Daemon{dataDir: dir, exited: make(chan struct{})}
+	d.Argv = append([]string{bin, "serve", "--data", dir, "--listen", "127.0.0.1:0"}, extra...)
+	d.cmd = exec.Command(d.Argv[0], d.Argv[1:]...)
 	// If the benchmark dies, the daemon is told to stop (and to end its
 	// sandboxes) instead of lingering.
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
@@ -63,7 +69,7 @@ func startDaemon(ctx context.Context, bin string, extra []string, timeout time.D
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	d.pid = d.cmd.Process.Pid
+	d.PID = d.cmd.Process.Pid
 	listening := make(chan string, 1)
 	logDone := make(chan struct{})
 	go func() {
@@ -80,34 +86,34 @@ func startDaemon(ctx context.Context, bin string, extra []string, timeout time.D
 	defer timer.Stop()
 	select {
 	case line := <-listening:
-		url, ok := parseListening(line)
+		url, ok := ParseListening(line)
 		if !ok {
-			d.kill()
+			d.Kill()
 			return nil, fmt.Errorf("daemon's listening line has no http url: %q", line)
 		}
-		d.url = url
+		d.URL = url
 	case <-d.exited:
 		d.cleanup()
-		return nil, fmt.Errorf("daemon exited before listening (%v); its log: %s", d.err, d.tail())
+		return nil, fmt.Errorf("daemon exited before listening (%v); its log: %s", d.err, d.Tail())
 	case <-timer.C:
-		d.kill()
-		return nil, fmt.Errorf("daemon not listening after %s; its log: %s", timeout, d.tail())
+		d.Kill()
+		return nil, fmt.Errorf("daemon not listening after %s; its log: %s", timeout, d.Tail())
 	case <-ctx.Done():
-		d.kill()
+		d.Kill()
 		return nil, ctx.Err()
 	}
 	tok, err := os.ReadFile(filepath.Join(dir, "token"))
 	if err != nil {
-		d.kill()
+		d.Kill()
 		return nil, fmt.Errorf("daemon token: %w", err)
 	}
-	d.token = strings.TrimSpace(string(tok))
+	d.Token = strings.TrimSpace(string(tok))
 	return d, nil
 }
 
 // readLog reads the daemon's log (slog text lines) until it closes: hands
 // the first "listening" line over, and keeps warnings and errors.
-func (d *daemon) readLog(r io.Reader, listening chan<- string) {
+func (d *Daemon) readLog(r io.Reader, listening chan<- string) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	sent := false
@@ -133,9 +139,9 @@ func (d *daemon) readLog(r io.Reader, listening chan<- string) {
 	}
 }
 
-// parseListening takes the url= field of a line such as
+// ParseListening takes the url= field of a line such as
 // `time=… level=INFO msg=listening url=http://127.0.0.1:41235 token_file=…`.
-func parseListening(line string) (string, bool) {
+func ParseListening(line string) (string, bool) {
 	for f := range strings.FieldsSeq(line) {
 		if v, ok := strings.CutPrefix(f, "url="); ok {
 			v = strings.Trim(v, `"`)
@@ -147,7 +153,8 @@ func parseListening(line string) (string, bool) {
 	return "", false
 }
 
-func (d *daemon) tail() string {
+// Tail returns its last few log lines, joined.
+func (d *Daemon) Tail() string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if len(d.lastLines) == 0 {
@@ -156,17 +163,18 @@ func (d *daemon) tail() string {
 	return strings.Join(d.lastLines, " | ")
 }
 
-// logProblems returns the count of WARN/ERROR lines and the first few.
-func (d *daemon) logProblems() (lines, n int, first []string) {
+// LogProblems returns the count of log lines, of WARN/ERROR lines and
+// the first few of those.
+func (d *Daemon) LogProblems() (lines, n int, first []string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.lines, d.problems, append([]string(nil), d.firstBad...)
 }
 
-// stop sends SIGTERM and waits for the daemon to exit; it returns how long
+// Stop sends SIGTERM and waits for the daemon to exit; it returns how long
 // that took and an error unless it exited 0 within timeout (then it is
 // killed). The data directory is removed either way.
-func (d *daemon) stop(timeout time.Duration) (time.Duration, error) {
+func (d *Daemon) Stop(timeout time.Duration) (time.Duration, error) {
 	defer d.cleanup()
 	begin := time.Now()
 	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
@@ -178,7 +186,7 @@ func (d *daemon) stop(timeout time.Duration) (time.Duration, error) {
 	case <-d.exited:
 		took := time.Since(begin)
 		if d.err != nil {
-			return took, fmt.Errorf("daemon exited with %v after SIGTERM; its last log lines: %s", d.err, d.tail())
+			return took, fmt.Errorf("daemon exited with %v after SIGTERM; its last log lines: %s", d.err, d.Tail())
 		}
 		return took, nil
 	case <-timer.C:
@@ -188,14 +196,14 @@ func (d *daemon) stop(timeout time.Duration) (time.Duration, error) {
 	}
 }
 
-// kill ends a daemon that failed to start properly.
-func (d *daemon) kill() {
+// Kill ends a daemon that failed to start properly.
+func (d *Daemon) Kill() {
 	_ = d.cmd.Process.Kill()
 	<-d.exited
 	d.cleanup()
 }
 
-func (d *daemon) cleanup() {
+func (d *Daemon) cleanup() {
 	if d.dataDir != "" {
 		os.RemoveAll(d.dataDir)
 	}
