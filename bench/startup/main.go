@@ -1,14 +1,16 @@
 // Command startup measures the cold-start latency of running one command
 // (/bin/true) with full isolation under several systems — no sandbox,
-// moat, bubblewrap — in one run. Runs alternate between the systems: each
-// round runs every system once, in a freshly shuffled order, so drift of
-// the machine (frequency, caches, other load) spreads over all of them
-// instead of biasing whichever ran last. Each run is timed wall-clock
-// around cmd.Run(): from fork to the exit of the process being reaped.
+// moat, bubblewrap, runc, gVisor (runsc), crun — in one run. Runs
+// alternate between the systems: each round runs every system once, in a
+// freshly shuffled order, so drift of the machine (frequency, caches,
+// other load) spreads over all of them instead of biasing whichever ran
+// last. Each run is timed wall-clock around cmd.Run(): from fork to the
+// exit of the process being reaped.
 //
-// A system whose binary is missing is skipped with a recorded reason. A
-// run that fails (non-zero exit, timeout) is recorded and the program
-// exits 1 at the end; slowness never fails it.
+// A system whose binary is missing, or that cannot run on this host (crun
+// on hybrid cgroups), is skipped with a recorded reason. A run that fails
+// (non-zero exit, timeout) is recorded and the program exits 1 at the
+// end; slowness never fails it.
 //
 //	go run ./bench/startup --moat bin/moat --json out.json --markdown out.md
 package main
@@ -88,6 +90,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		switch {
 		case errors.As(err, &skip):
 			res.SkippedReason = skip.reason
+			if skip.version != "" {
+				rep.Machine.Versions[sys.name] = skip.version
+			}
 			fmt.Fprintf(stderr, "startup: skipping %s: %s\n", sys.name, skip.reason)
 			continue
 		case err != nil:

@@ -10,10 +10,10 @@ import (
 	"github.com/moat-sandbox/moat/bench/internal/machine"
 )
 
-// system is one way of running the benchmarked command. To add one (runc,
-// runsc…), append to systems: prepare finds its binary, builds any state it
-// needs (an OCI bundle, say) and returns the exact command line to time,
-// or a skipError when the system is not installed.
+// system is one way of running the benchmarked command. To add one, append
+// to systems: prepare finds its binary, builds any state it needs (an OCI
+// bundle, say: prepareOCI) and returns the exact command line to time, or
+// a skipError when the system is not installed or cannot run here.
 type system struct {
 	name string
 	// about is one line saying what the row measures, for the report.
@@ -28,9 +28,10 @@ type prepared struct {
 	cleanup func()   // removes what prepare created; nil if nothing
 }
 
-// skipError marks a system that cannot run on this host (binary missing):
-// it is reported as skipped, which does not fail the benchmark.
-type skipError struct{ reason string }
+// skipError marks a system that cannot run on this host (binary missing,
+// or crun on hybrid cgroups): it is reported as skipped, which does not
+// fail the benchmark. version, when known, goes in the report's versions.
+type skipError struct{ reason, version string }
 
 func (e *skipError) Error() string { return e.reason }
 
@@ -70,6 +71,29 @@ var systems = []system{
 		name:    "bwrap",
 		about:   "bubblewrap with every namespace and binds comparable to moat's (read-only /usr and /etc, fresh /proc, /dev, /tmp, /workspace)",
 		prepare: prepareBwrap,
+	},
+	{
+		name: "runc",
+		about: "runc run on an OCI bundle comparable to moat's sandbox: a user namespace (root mapped to 65536 unprivileged host ids), " +
+			"pid, net, ipc, uts, mount and cgroup namespaces, a read-only empty root with the host's /usr and /etc bound read-only " +
+			"(/bin, /lib… as the host has them), fresh /proc (runc's masked paths), /dev a tmpfs with runc's default devices, " +
+			"tmpfs /tmp and /workspace, no capabilities, no_new_privs, moat's default limits (memory 2 GiB, 2 CPUs, 1024 pids) in a cgroup of its own; " +
+			"unlike moat no seccomp filter, no Landlock and the host's /etc unfiltered",
+		prepare: prepareOCI(runcRuntime),
+	},
+	{
+		name: "runsc",
+		about: "gVisor's runsc run --platform=ptrace --network=none on the same bundle as runc: the command runs on gVisor's user-space kernel " +
+			"(the sentry, under ptrace) with a gofer process serving the binds; the gofer runs in the bundle's user namespace, " +
+			"the sentry in one of its own as nobody; the limits apply to the sandbox's cgroup; gVisor's own seccomp filter " +
+			"confines the sentry and gofer (none is set for the command, no Landlock)",
+		prepare: prepareOCI(runscRuntime),
+	},
+	{
+		name: "crun",
+		about: "crun run on the same bundle as runc (the same namespaces, user namespace included, binds, limits, no capabilities, " +
+			"no seccomp filter, no Landlock); skipped where a probe run fails: crun 1.8 refuses hybrid cgroups (v1 controllers beside a v2 hierarchy)",
+		prepare: prepareOCI(crunRuntime),
 	},
 	{
 		name: "moat-repo",
