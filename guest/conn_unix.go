@@ -41,12 +41,19 @@ func FileConn(fd int) (*Conn, error) {
 // Send writes one message with the given descriptors. The caller keeps
 // ownership of fds.
 func (c *Conn) Send(m *Message, fds ...int) error {
-	b, err := encode(m)
+	return c.SendValue(string(m.Type), m, fds...)
+}
+
+// SendValue writes v, JSON-encoded, as one packet with the given
+// descriptors; name says what it is in errors. The caller keeps ownership
+// of fds. The runtime's spawner speaks its own messages this way.
+func (c *Conn) SendValue(name string, v any, fds ...int) error {
+	b, err := encode(name, v)
 	if err != nil {
 		return err
 	}
 	if len(fds) > MaxFDs {
-		return fmt.Errorf("%s: %d descriptors, at most %d", m.Type, len(fds), MaxFDs)
+		return fmt.Errorf("%s: %d descriptors, at most %d", name, len(fds), MaxFDs)
 	}
 	var oob []byte
 	if len(fds) > 0 {
@@ -62,10 +69,10 @@ func (c *Conn) Send(m *Message, fds ...int) error {
 		return serr != unix.EAGAIN
 	})
 	if werr != nil {
-		return fmt.Errorf("send %s: %w", m.Type, werr)
+		return fmt.Errorf("send %s: %w", name, werr)
 	}
 	if serr != nil {
-		return fmt.Errorf("send %s: %w", m.Type, serr)
+		return fmt.Errorf("send %s: %w", name, serr)
 	}
 	return nil
 }
@@ -74,13 +81,24 @@ func (c *Conn) Send(m *Message, fds ...int) error {
 // caller then owns (they are close-on-exec). It returns io.EOF when the
 // peer has closed.
 func (c *Conn) Recv() (*Message, []int, error) {
+	m := new(Message)
+	fds, err := c.RecvValue(m)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m, fds, nil
+}
+
+// RecvValue reads one packet into v (JSON) as Recv does, and returns the
+// descriptors that came with it.
+func (c *Conn) RecvValue(v any) ([]int, error) {
 	if c.oob == nil {
 		c.buf = make([]byte, recvBuf)
 		c.oob = make([]byte, unix.CmsgSpace(MaxFDs*4))
 	}
 	rc, err := c.f.SyscallConn()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	var n, oobn, flags int
 	var rerr error
@@ -111,34 +129,33 @@ func (c *Conn) Recv() (*Message, []int, error) {
 		return rerr != unix.EAGAIN
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("recv: %w", err)
+		return nil, fmt.Errorf("recv: %w", err)
 	}
 	if rerr != nil {
 		if rerr == syscall.ECONNRESET {
-			return nil, nil, io.EOF
+			return nil, io.EOF
 		}
-		return nil, nil, fmt.Errorf("recv: %w", rerr)
+		return nil, fmt.Errorf("recv: %w", rerr)
 	}
 	fds, err := parseRights(c.oob[:oobn])
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || n > MaxMessage {
 		closeAll(fds)
-		return nil, nil, fmt.Errorf("recv: %w", ErrTooLarge)
+		return nil, fmt.Errorf("recv: %w", ErrTooLarge)
 	}
 	if n == 0 {
 		closeAll(fds)
-		return nil, nil, io.EOF
+		return nil, io.EOF
 	}
-	m := new(Message)
 	data := c.last
 	c.last = nil
-	if err := json.Unmarshal(data, m); err != nil {
+	if err := json.Unmarshal(data, v); err != nil {
 		closeAll(fds)
-		return nil, nil, fmt.Errorf("decode message: %w", err)
+		return nil, fmt.Errorf("decode message: %w", err)
 	}
-	return m, fds, nil
+	return fds, nil
 }
 
 func parseRights(oob []byte) ([]int, error) {

@@ -277,13 +277,13 @@ func NewConn(f *os.File) *Conn {
 // Close closes the socket.
 func (c *Conn) Close() error { return c.f.Close() }
 
-func encode(m *Message) ([]byte, error) {
-	b, err := json.Marshal(m)
+func encode(name string, v any) ([]byte, error) {
+	b, err := json.Marshal(v)
 	if err != nil {
-		return nil, fmt.Errorf("encode %s: %w", m.Type, err)
+		return nil, fmt.Errorf("encode %s: %w", name, err)
 	}
 	if len(b) > MaxMessage {
-		return nil, fmt.Errorf("%s: %w (%d bytes)", m.Type, ErrTooLarge, len(b))
+		return nil, fmt.Errorf("%s: %w (%d bytes)", name, ErrTooLarge, len(b))
 	}
 	return b, nil
 }

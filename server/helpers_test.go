@@ -20,12 +20,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	switch {
-	case linux.IsInit():
-		linux.Init()
-	case linux.IsUsernsHold():
-		linux.UsernsHold()
-	}
+	linux.RunHelper()
 	os.Exit(m.Run())
 }
 

@@ -403,6 +403,7 @@ func contains(list []string, s string) bool {
 func sandboxOf(t *testing.T, moatPid int) (int, []int) {
 	t.Helper()
 	ents, _ := os.ReadDir("/proc")
+	parents := map[int]int{}
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -413,7 +414,14 @@ func sandboxOf(t *testing.T, moatPid int) (int, []int) {
 			continue
 		}
 		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		if len(fields) < 2 || fields[1] != strconv.Itoa(moatPid) {
+		if len(fields) >= 2 {
+			parents[pid], _ = strconv.Atoi(fields[1])
+		}
+	}
+	for pid, ppid := range parents {
+		// The init is moat's child (moat run) or its spawner's (moat
+		// serve).
+		if ppid != moatPid && parents[ppid] != moatPid {
 			continue
 		}
 		cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))

@@ -28,12 +28,7 @@ import (
 var version = "dev"
 
 func main() {
-	switch {
-	case linux.IsInit():
-		linux.Init()
-	case linux.IsUsernsHold():
-		linux.UsernsHold()
-	}
+	linux.RunHelper()
 	// Descriptors moat inherited must not reach anything it starts; the
 	// sandbox's init also closes whatever it inherits.
 	_ = unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)

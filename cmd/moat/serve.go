@@ -198,10 +198,17 @@ func runServe(ctx context.Context, f *serveFlags, args []string) error {
 		// an open directory only shows their names.
 		log.Warn("data directory is open to other users; its files are not", "dir", dataDir, "mode", fmt.Sprintf("%04o", fi.Mode().Perm()))
 	}
-	rt, err := linux.New(linux.WithDefaults(defaults.Limits), linux.WithKillGrace(defaults.KillGrace), linux.WithLogger(log))
+	// The daemon's sandboxes are started by a spawner process made now,
+	// while the daemon is small: a fork of the daemon itself would get
+	// slower with every sandbox it holds.
+	rt, err := linux.New(linux.WithDefaults(defaults.Limits), linux.WithKillGrace(defaults.KillGrace),
+		linux.WithLogger(log), linux.WithSpawner())
 	if err != nil {
 		return err
 	}
+	// Deferred first, so it runs last: after svc.Close has ended every
+	// sandbox.
+	defer rt.Close()
 	layers, err := openStore(f.store, defaults)
 	if err != nil {
 		return err

@@ -15,6 +15,9 @@ type child struct {
 	pid    int
 	exited chan struct{} // closed once the child has been reaped
 	status unix.WaitStatus
+	// pidfd refers to a child the spawner started (the spawner reaps it);
+	// nil for a child of this process.
+	pidfd *os.File
 }
 
 // startChild forks and execs argv0 with attr and reaps it in the
@@ -73,12 +76,19 @@ func (c *child) reap() {
 }
 
 // kill sends SIGKILL unless the child has been reaped (its pid could be
-// reused then).
+// reused then). A spawned child is signalled through its pidfd, which
+// cannot reach another process whenever its reaping is reported.
 func (c *child) kill() {
 	select {
 	case <-c.exited:
 	default:
-		_ = unix.Kill(c.pid, unix.SIGKILL)
+		if c.pidfd == nil {
+			_ = unix.Kill(c.pid, unix.SIGKILL)
+			return
+		}
+		if rc, err := c.pidfd.SyscallConn(); err == nil {
+			_ = rc.Control(func(fd uintptr) { _ = unix.PidfdSendSignal(int(fd), unix.SIGKILL, nil, 0) })
+		}
 	}
 }
 

@@ -90,7 +90,7 @@ func openHostPath(what, p string) (int, *unix.Stat_t, error) {
 // idmapCache holds the user namespaces that translate host owners into the
 // sandbox user, one per distinct host owner, for one sandbox's setup.
 type idmapCache struct {
-	initPath string
+	start startFunc
 	// sandboxUID and sandboxGID are host ids of the sandbox user.
 	sandboxUID, sandboxGID uint32
 	fds                    map[[2]uint32]int
@@ -117,7 +117,7 @@ func (c *idmapCache) userns(uid, gid uint32) (int, error) {
 	}
 	defer r.Close()
 	defer w.Close()
-	p, err := startChild(c.initPath, []string{"moat", UsernsHoldArg}, []*os.File{r},
+	p, err := c.start([]string{"moat", UsernsHoldArg}, []*os.File{r},
 		&syscall.SysProcAttr{
 			Cloneflags:  unix.CLONE_NEWUSER,
 			UidMappings: []syscall.SysProcIDMap{{ContainerID: int(uid), HostID: int(c.sandboxUID), Size: 1}},

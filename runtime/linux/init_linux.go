@@ -160,3 +160,19 @@ func closeFDs(fds []int) {
 		unix.Close(fd)
 	}
 }
+
+// RunHelper runs this process as one of the runtime's own helper processes
+// (a sandbox's init, a user namespace holder or the spawner) when it was
+// started as one, and then never returns; otherwise it returns at once.
+// Programs embedding this runtime call it first thing in main, and test
+// binaries in TestMain.
+func RunHelper() {
+	switch {
+	case IsInit():
+		Init()
+	case IsUsernsHold():
+		UsernsHold()
+	case IsSpawner():
+		Spawner()
+	}
+}

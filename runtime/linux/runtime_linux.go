@@ -54,6 +54,16 @@ func WithKillGrace(d time.Duration) Option { return func(r *Runtime) { r.killGra
 // DiskBytes, which falls back to DefaultDiskBytes.
 func WithDefaults(l sandbox.Limits) Option { return func(r *Runtime) { r.defaults = l } }
 
+// WithSpawner makes the runtime start its sandboxes' inits (and its other
+// helper processes) from a spawner: a small process it starts once, in New,
+// instead of by forking itself. A long-lived process whose memory grows
+// with the sandboxes it holds (the daemon) should use it: a fork into a new
+// user namespace copies the parent's page tables, so without it every
+// create gets slower as the process grows. A one-shot caller (moat run)
+// should not: it would pay one more process start. Close stops the
+// spawner.
+func WithSpawner() Option { return func(r *Runtime) { r.useSpawner = true } }
+
 // WithLogger sets the logger for runtime events.
 func WithLogger(l *slog.Logger) Option { return func(r *Runtime) { r.log = l } }
 
@@ -72,6 +82,10 @@ type Runtime struct {
 	seccompSum  string
 	sweeping    atomic.Bool
 	sweeps      sync.WaitGroup
+
+	useSpawner bool
+	spawnMu    sync.Mutex
+	spawner    *spawnerClient // nil until started, or without WithSpawner
 }
 
 // cgroupLayout returns the host's cgroup hierarchies, found once.
@@ -123,7 +137,58 @@ func New(opts ...Option) (*Runtime, error) {
 	if r.landlock < 1 {
 		return nil, fmt.Errorf("%w: %w (moat enforces its filesystem policy twice: mounts and Landlock)", sandbox.ErrUnsupported, errNoLandlock)
 	}
+	if r.useSpawner {
+		// Started now, while this process is small.
+		if _, err := r.spawnerClient(); err != nil {
+			return nil, err
+		}
+	}
 	return r, nil
+}
+
+// startFunc starts argv from the runtime's init binary with files as its
+// descriptors 0, 1, … (see Runtime.startChild).
+type startFunc func(argv []string, files []*os.File, sys *syscall.SysProcAttr) (*child, error)
+
+// startChild starts argv from the runtime's init binary: through the
+// spawner with WithSpawner (a new one if the last has died), else by
+// forking this process.
+func (r *Runtime) startChild(argv []string, files []*os.File, sys *syscall.SysProcAttr) (*child, error) {
+	if !r.useSpawner {
+		return startChild(r.initPath, argv, files, sys)
+	}
+	sc, err := r.spawnerClient()
+	if err != nil {
+		return nil, err
+	}
+	return sc.start(argv, files, sys)
+}
+
+func (r *Runtime) spawnerClient() (*spawnerClient, error) {
+	r.spawnMu.Lock()
+	defer r.spawnMu.Unlock()
+	if r.spawner == nil || !r.spawner.alive() {
+		sc, err := startSpawner(r.initPath)
+		if err != nil {
+			return nil, err
+		}
+		r.spawner = sc
+	}
+	return r.spawner, nil
+}
+
+// Close stops the runtime's spawner, if it has one.
+//
+// Preconditions: every sandbox of the runtime has ended (their inits are
+// the spawner's children and die with it).
+func (r *Runtime) Close() error {
+	r.spawnMu.Lock()
+	defer r.spawnMu.Unlock()
+	if r.spawner != nil {
+		r.spawner.close()
+		r.spawner = nil
+	}
+	return nil
 }
 
 // Enforcement reports the protections every sandbox of this runtime gets.
@@ -287,7 +352,7 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	cu.add(slot.release)
 	base := slot.hostBase()
 
-	ids := &idmapCache{initPath: r.initPath, sandboxUID: base + sandboxUID, sandboxGID: base + sandboxGID}
+	ids := &idmapCache{start: r.startChild, sandboxUID: base + sandboxUID, sandboxGID: base + sandboxGID}
 	defer ids.close()
 	trees, err := mountTrees(srcs, ids)
 	if err != nil {
@@ -347,7 +412,7 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	if netMode == sandbox.NetOpen {
 		cloneNS &^= unix.CLONE_NEWNET
 	}
-	proc, err := startChild(r.initPath, []string{"moat", InitArg}, []*os.File{devNull, devNull, errW, agentSock},
+	proc, err := r.startChild([]string{"moat", InitArg}, []*os.File{devNull, devNull, errW, agentSock},
 		&syscall.SysProcAttr{
 			// The cgroup namespace is made by the init itself once the
 			// host has moved it into its cgroup (v1 has no clone into a

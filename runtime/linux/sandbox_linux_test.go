@@ -19,12 +19,7 @@ import (
 // TestMain lets this test binary serve as the sandbox init and the
 // user-namespace holder, as the moat binary does.
 func TestMain(m *testing.M) {
-	switch {
-	case IsInit():
-		Init()
-	case IsUsernsHold():
-		UsernsHold()
-	}
+	RunHelper()
 	os.Exit(m.Run())
 }
 

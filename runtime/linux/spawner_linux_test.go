@@ -1,0 +1,203 @@
+package linux
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/internal/testutil"
+	"github.com/moat-sandbox/moat/sandbox"
+)
+
+func newSpawnerRuntime(t *testing.T) *Runtime {
+	t.Helper()
+	testutil.RequireRoot(t)
+	r, err := New(WithKillGrace(500*time.Millisecond), WithSpawner())
+	if err != nil {
+		testutil.SkipOrFail(t, err.Error())
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+// parentOf reads the parent pid of pid from /proc.
+func parentOf(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ppid
+}
+
+// TestSpawnerStartsSandboxes: with WithSpawner, concurrent creates get
+// working sandboxes whose inits are the spawner's children, not this
+// process's; Close ends the spawner. Control: without it, the init is
+// this process's child.
+func TestSpawnerStartsSandboxes(t *testing.T) {
+	r := newSpawnerRuntime(t)
+	ctx := context.Background()
+	spawnerPid := r.spawner.proc.pid
+	if got := parentOf(t, spawnerPid); got != os.Getpid() {
+		t.Fatalf("spawner's parent is %d, want this process %d", got, os.Getpid())
+	}
+
+	const n = 4
+	sbs := make([]sandbox.Sandbox, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { sbs[i], errs[i] = r.Create(ctx, &sandbox.Spec{Limits: sandbox.Limits{Pids: 64}}) })
+	}
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("create %d: %v", i, errs[i])
+		}
+		sb := sbs[i].(*linuxSandbox)
+		if got := parentOf(t, sb.proc.pid); got != spawnerPid {
+			t.Errorf("init %d's parent is %d, want the spawner %d", sb.proc.pid, got, spawnerPid)
+		}
+		res, err := sb.Exec(ctx, &sandbox.Process{Args: []string{"echo", "hi"}})
+		if err != nil || res.ExitCode != 0 || res.Stdout != "hi\n" {
+			t.Fatalf("exec in sandbox %d: %v %+v", i, err, res)
+		}
+	}
+	for _, sb := range sbs {
+		if err := sb.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		<-sb.Done()
+	}
+
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(spawnerPid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("spawner %d still exists after Close: %v", spawnerPid, err)
+	}
+
+	// Control: a runtime without a spawner forks the init itself.
+	plain := newTestRuntime(t)
+	sb, err := plain.Create(ctx, &sandbox.Spec{Limits: sandbox.Limits{Pids: 64}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Shutdown(ctx)
+	if got := parentOf(t, sb.(*linuxSandbox).proc.pid); got != os.Getpid() {
+		t.Errorf("without a spawner the init's parent is %d, want %d", got, os.Getpid())
+	}
+}
+
+// TestSpawnerChildStatusAndKill: a spawned child's exit status comes back
+// from the spawner, and kill reaches it through its pidfd.
+func TestSpawnerChildStatusAndKill(t *testing.T) {
+	r := newSpawnerRuntime(t)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pw.Close()
+	c, err := r.startChild([]string{"moat", UsernsHoldArg}, []*os.File{pr}, &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL})
+	pr.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.pidfd == nil {
+		t.Fatal("a spawned child has no pidfd")
+	}
+	select {
+	case <-c.exited:
+		t.Fatal("the holder exited before it was told to")
+	default:
+	}
+	c.killAndWait()
+	if got := c.describe(); got != "killed by signal killed" {
+		t.Errorf("status = %q, want killed by SIGKILL", got)
+	}
+
+	// A holder told to exit (its stdin closes) exits 0.
+	pr, pw, err = os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err = r.startChild([]string{"moat", UsernsHoldArg}, []*os.File{pr}, &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL})
+	pr.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	<-c.exited
+	if got := c.describe(); got != "exit status 0" {
+		t.Errorf("status = %q, want exit status 0", got)
+	}
+
+	// A start that fails in the child comes back as the error: uid 0 is
+	// not mapped in a user namespace without a uid map.
+	_, err = r.startChild([]string{"moat"}, nil, &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER,
+		Credential: &syscall.Credential{Uid: 0, Gid: 0}})
+	if !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.EPERM) {
+		t.Errorf("a start as an unmapped uid: %v, want EINVAL or EPERM", err)
+	}
+	// The spawner still serves.
+	if !r.spawner.alive() {
+		t.Error("the spawner died of a failed start")
+	}
+}
+
+// TestSpawnerDeathEndsSandboxes: when the spawner dies its sandboxes end
+// (their inits' parent-death signal), and the next create starts a new
+// spawner.
+func TestSpawnerDeathEndsSandboxes(t *testing.T) {
+	r := newSpawnerRuntime(t)
+	ctx := context.Background()
+	sb, err := r.Create(ctx, &sandbox.Spec{Limits: sandbox.Limits{Pids: 64}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Shutdown(ctx)
+	// A pidfd of the init turns readable when it has exited.
+	initFD, err := unix.PidfdOpen(sb.(*linuxSandbox).proc.pid, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(initFD)
+	old := r.spawner.proc.pid
+	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sb.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the sandbox outlived its spawner")
+	}
+	if n, err := unix.Poll([]unix.PollFd{{Fd: int32(initFD), Events: unix.POLLIN}}, 30_000); n != 1 || err != nil {
+		t.Errorf("the init did not exit after its spawner died: %d, %v", n, err)
+	}
+
+	sb2, err := r.Create(ctx, &sandbox.Spec{Limits: sandbox.Limits{Pids: 64}})
+	if err != nil {
+		t.Fatalf("create after the spawner died: %v", err)
+	}
+	defer sb2.Shutdown(ctx)
+	if r.spawner.proc.pid == old {
+		t.Error("no new spawner was started")
+	}
+	res, err := sb2.Exec(ctx, &sandbox.Process{Args: []string{"true"}})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("exec after restart: %v %+v", err, res)
+	}
+}
