@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
-# Start-up benchmark of moat against its peers (see bench/README.md).
+# The whole benchmark suite of moat against its peers (see bench/README.md),
+# one command on a fresh Debian machine, as root:
 #
-#   bash bench/run.sh [startup flags...]     e.g. --rounds 50 --warmup 5
-#   make bench
+#   make bench                                   # = bash bench/run.sh
+#   bash bench/run.sh --rounds 50 --warmup 5     # bench/startup flags
 #   CONTROLPLANE_ARGS="--iterations 20 --soak 10s" bash bench/run.sh
 #   CONTROLPLANE_ARGS=skip bash bench/run.sh     # without the control plane
 #   ROOTFS_ARGS="--rounds 50" bash bench/run.sh  # bench/rootfs flags (or skip)
+#   DENSITY_ARGS="--levels 1,10,100" bash bench/run.sh  # bench/density flags (or skip)
 #
-# Installs the peers it needs from Debian when missing, builds moat from
-# this checkout, runs bench/startup (results in bench/results/) and prints
-# the markdown report, then bench/syscall, bench/policy, bench/netproxy
-# and bench/controlplane (the
-# daemon: time to interactive, exec round trip, soak; its flags come from
-# $CONTROLPLANE_ARGS). Run it as root: moat's runtime needs root, and so
-# does apt-get. Exits non-zero when a system had a failed run.
+# Installs what it needs from Debian when missing (bubblewrap, runc,
+# runsc, crun, hyperfine, busybox-static), builds moat from this checkout,
+# then runs, each writing bench/results/NAME.json (and .md):
+# bench/startup (cold start: moat, bare, bwrap, runc, runsc, crun),
+# bench/syscall, bench/policy, bench/netproxy, bench/controlplane (time to
+# interactive, exec round trip, soak), bench/rootfs (warm pool, templates,
+# snapshots, forks) and bench/density (live sandboxes, memory, scaling),
+# and last bench/report, which writes docs/PERFORMANCE.md, its plots in
+# docs/perf/ and bench/results/summary.json from those results. Exits
+# non-zero when a run of a system failed, never because a figure is slow.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -32,11 +37,17 @@ as_root() {
 }
 
 # Debian packages of the systems compared (and hyperfine, for checking
-# figures by hand: hyperfine -N 'bin/moat run -- /bin/true'). A later
-# change adds runc and runsc here.
+# figures by hand: hyperfine -N 'bin/moat run -- /bin/true'; busybox-static,
+# the image bench/rootfs imports). crun is installed and tried: on a host
+# whose cgroups it cannot use (hybrid v1/v2) bench/startup skips it and
+# writes why next to its row.
 need=()
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
+command -v runc >/dev/null 2>&1 || need+=(runc)
+command -v runsc >/dev/null 2>&1 || need+=(runsc)
+command -v crun >/dev/null 2>&1 || need+=(crun)
 command -v hyperfine >/dev/null 2>&1 || need+=(hyperfine)
+command -v busybox >/dev/null 2>&1 || need+=(busybox-static)
 if ((${#need[@]})); then
 	log "installing ${need[*]}"
 	export DEBIAN_FRONTEND=noninteractive
@@ -56,10 +67,12 @@ if [[ $EUID -ne 0 ]]; then
 fi
 
 log "building moat"
-CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o bin/moat ./cmd/moat
+CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(git describe --always --dirty 2>/dev/null || echo dev)" \
+	-o bin/moat ./cmd/moat
 
+# Results of an earlier run never mix into this one's report.
 mkdir -p bench/results
-rm -f bench/results/startup.json bench/results/startup.md
+rm -f bench/results/*.json bench/results/*.md
 log "running bench/startup $*"
 status=0
 go run ./bench/startup --moat bin/moat \
@@ -72,37 +85,44 @@ if [[ -f bench/results/startup.md ]]; then
 fi
 
 log "running bench/syscall (seccomp, Landlock and mount overhead, inside vs outside)"
-rm -f bench/results/syscall.json bench/results/syscall.md
 CGO_ENABLED=0 go run ./bench/syscall --moat bin/moat \
 	--json bench/results/syscall.json \
 	--markdown bench/results/syscall.md || status=$?
 
 log "running bench/policy (a policy decision against 100 rules)"
-rm -f bench/results/policy.json bench/results/policy.md
 CGO_ENABLED=0 go run ./bench/policy \
 	--json bench/results/policy.json \
 	--markdown bench/results/policy.md >/dev/null || status=$?
 
 log "running bench/netproxy (egress proxy throughput and connect latency, against direct)"
-rm -f bench/results/netproxy.json bench/results/netproxy.md
 CGO_ENABLED=0 go run ./bench/netproxy --moat bin/moat \
 	--json bench/results/netproxy.json \
 	--markdown bench/results/netproxy.md >/dev/null || status=$?
 
 if [[ ${CONTROLPLANE_ARGS:-} != skip ]]; then
 	log "running bench/controlplane ${CONTROLPLANE_ARGS:-} (moat serve: time to interactive, exec round trip, soak)"
-	rm -f bench/results/controlplane.json bench/results/controlplane.md
 	# shellcheck disable=SC2086 # CONTROLPLANE_ARGS is a list of flags
 	CGO_ENABLED=0 go run ./bench/controlplane --moat bin/moat \
 		--json bench/results/controlplane.json \
 		--markdown bench/results/controlplane.md ${CONTROLPLANE_ARGS:-} || status=$?
 fi
 if [[ ${ROOTFS_ARGS:-} != skip ]]; then
-	command -v busybox >/dev/null 2>&1 || as_root apt-get install -y -qq busybox-static
 	log "running bench/rootfs ${ROOTFS_ARGS:-} (warm pool claim, cold create host vs OCI template, snapshot, fork)"
 	# shellcheck disable=SC2086 # ROOTFS_ARGS is a list of flags
 	CGO_ENABLED=0 go run ./bench/rootfs --out bench/results/rootfs.json ${ROOTFS_ARGS:-} || status=$?
 fi
+if [[ ${DENSITY_ARGS:-} != skip ]]; then
+	log "running bench/density ${DENSITY_ARGS:-} (live idle sandboxes, memory per sandbox, start latency as they grow)"
+	# shellcheck disable=SC2086 # DENSITY_ARGS is a list of flags
+	CGO_ENABLED=0 go run ./bench/density --moat bin/moat \
+		--json bench/results/density.json \
+		--markdown bench/results/density.md ${DENSITY_ARGS:-} >/dev/null || status=$?
+fi
+
+log "writing docs/PERFORMANCE.md, docs/perf/*.png and bench/results/summary.json (bench/report)"
+go run ./bench/report --results bench/results --out docs/PERFORMANCE.md \
+	--plots docs/perf --summary bench/results/summary.json || status=$?
+
 if ((status != 0)); then
 	log "benchmark failed (exit $status); see above"
 fi
