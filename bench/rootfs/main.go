@@ -80,6 +80,8 @@ type result struct {
 	Snapshot  snapshotFigures          `json:"snapshot"`
 	Failures  int                      `json:"failures"`
 	Args      []string                 `json:"args"`
+	// Samples holds each kind's measured times (ms) in the order taken.
+	Samples map[string][]float64 `json:"samples,omitempty"`
 }
 
 type snapshotFigures struct {
@@ -176,6 +178,7 @@ func run(rounds, warmup, snapRounds, forks, snapMiB, poolSize int, out string) e
 			res.Kinds[k] = sum
 		}
 	}
+	res.Samples = samples
 	report(os.Stdout, res)
 	if out == "" {
 		out = filepath.Join("bench", "results", "rootfs-"+time.Now().UTC().Format("20060102T150405")+".json")
