@@ -82,6 +82,10 @@ func (f *startupFile) system(name string) *startupSystem {
 // ---- bench/syscall ----
 
 type syscallFile struct {
+	Machine *host           `json:"machine"`
+	Commit  string          `json:"commit"`
+	Date    string          `json:"date"`
+	LoadAvg string          `json:"loadavg"`
 	Rounds  int             `json:"rounds"`
 	Results []syscallResult `json:"results"`
 }
@@ -94,6 +98,8 @@ type syscallResult struct {
 	OverheadPct float64 `json:"overhead_pct"`
 	InsideP95   float64 `json:"inside_ns_per_op_p95"`
 	OutsideP95  float64 `json:"outside_ns_per_op_p95"`
+	InsideP99   float64 `json:"inside_ns_per_op_p99"`
+	OutsideP99  float64 `json:"outside_ns_per_op_p99"`
 }
 
 // ---- bench/policy ----
@@ -256,6 +262,7 @@ type cpMemory struct {
 type rootfsFile struct {
 	Machine   host                     `json:"machine"`
 	Commit    string                   `json:"commit"`
+	Date      string                   `json:"date"`
 	LoadAvg   string                   `json:"loadavg"`
 	Kinds     map[string]stats.Summary `json:"kinds"`
 	Samples   map[string][]float64     `json:"samples"`

@@ -51,9 +51,13 @@ func provenances(in *inputs) []provenance {
 				m := f.Machine
 				p.date, p.commit, p.loadavg, p.duration, p.host = m.Date, m.MoatCommit, m.LoadAvgStart, f.Config.DurationSec, &m.host
 			}
+		case "syscall":
+			if f := in.Syscall; f != nil {
+				p.date, p.commit, p.loadavg, p.host = f.Date, f.Commit, f.LoadAvg, f.Machine
+			}
 		case "rootfs":
 			if f := in.Rootfs; f != nil {
-				p.commit, p.loadavg, p.host = f.Commit, f.LoadAvg, &f.Machine
+				p.date, p.commit, p.loadavg, p.host = f.Date, f.Commit, f.LoadAvg, &f.Machine
 			}
 		case "density":
 			if f := in.Density; f != nil {

@@ -38,8 +38,8 @@ func rootfsSection(in *inputs, a *analysis, plots *plotSet) *section {
 	if len(f.Args) > 0 {
 		args = code(strings.Join(f.Args, " "))
 	}
-	sec.Meta = fmt.Sprintf("Run: commit %s, load average at start %s, flags %s (bench/rootfs records no date).",
-		orDash(f.Commit), orDash(loadAvg(f.LoadAvg)), args)
+	sec.Meta = fmt.Sprintf("Run: commit %s, %s, load average at start %s, flags %s.",
+		orDash(f.Commit), orDash(f.Date), orDash(loadAvg(f.LoadAvg)), args)
 
 	kinds := slices.Collect(maps.Keys(f.Kinds))
 	slices.Sort(kinds)

@@ -49,12 +49,7 @@ import (
 )
 
 func main() {
-	switch {
-	case linux.IsInit():
-		linux.Init()
-	case linux.IsUsernsHold():
-		linux.UsernsHold()
-	}
+	linux.RunHelper()
 	rounds := flag.Int("rounds", 200, "measured create → echo rounds per kind")
 	warmup := flag.Int("warmup", 10, "unrecorded rounds first")
 	snapRounds := flag.Int("snapshot-rounds", 10, "snapshots taken (each of a fresh sandbox)")
@@ -73,6 +68,7 @@ func main() {
 type result struct {
 	Machine   machine.Host             `json:"machine"`
 	Commit    string                   `json:"commit"`
+	Date      string                   `json:"date"`
 	LoadAvg   string                   `json:"loadavg"`
 	Kinds     map[string]stats.Summary `json:"kinds"` // ms
 	PoolHits  int                      `json:"pool_hits"`
@@ -110,7 +106,7 @@ func run(rounds, warmup, snapRounds, forks, snapMiB, poolSize int, out string) e
 	}
 	defer stop()
 
-	res := &result{Machine: machine.Describe(), Commit: machine.GitCommit(), LoadAvg: machine.LoadAvg(),
+	res := &result{Machine: machine.Describe(), Commit: machine.GitCommit(), Date: time.Now().UTC().Format(time.RFC3339), LoadAvg: machine.LoadAvg(),
 		Kinds: map[string]stats.Summary{}, Args: os.Args[1:]}
 	samples := map[string][]float64{}
 	kinds := []struct {
@@ -201,7 +197,8 @@ func run(rounds, warmup, snapRounds, forks, snapMiB, poolSize int, out string) e
 // template.
 func start(ctx context.Context, dir string, poolSize int) (*env, func(), error) {
 	def := config.BuiltIn()
-	rt, err := linux.New(linux.WithDefaults(def.Limits), linux.WithKillGrace(def.KillGrace))
+	// As moat serve does: inits forked by the spawner.
+	rt, err := linux.New(linux.WithDefaults(def.Limits), linux.WithKillGrace(def.KillGrace), linux.WithSpawner())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -256,6 +253,7 @@ func start(ctx context.Context, dir string, poolSize int) (*env, func(), error) 
 	stop := func() {
 		hs.Close()
 		_ = svc.Close(context.Background())
+		rt.Close()
 		tape.Close()
 		st.Close()
 	}

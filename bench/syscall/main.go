@@ -16,10 +16,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
+	"github.com/moat-sandbox/moat/bench/internal/machine"
+	"github.com/moat-sandbox/moat/bench/internal/stats"
 	"golang.org/x/sys/unix"
 )
 
@@ -132,6 +133,8 @@ type result struct {
 	OverheadPct float64 `json:"overhead_pct"`
 	InsideP95   float64 `json:"inside_ns_per_op_p95"`
 	OutsideP95  float64 `json:"outside_ns_per_op_p95"`
+	InsideP99   float64 `json:"inside_ns_per_op_p99"`
+	OutsideP99  float64 `json:"outside_ns_per_op_p99"`
 }
 
 func main() {
@@ -154,6 +157,7 @@ func main() {
 }
 
 func run(moat string, rounds int, jsonOut, mdOut string) error {
+	start, loadStart := time.Now(), machine.LoadAvg()
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -206,8 +210,10 @@ func run(moat string, rounds int, jsonOut, mdOut string) error {
 	}
 	var results []result
 	for _, w := range workloads {
-		in, out := samples["inside"][w.name], samples["outside"][w.name]
-		res := result{Name: w.name, What: w.what, InsideNs: pct(in, 50), OutsideNs: pct(out, 50), InsideP95: pct(in, 95), OutsideP95: pct(out, 95)}
+		in, _ := stats.Summarize(samples["inside"][w.name])
+		out, _ := stats.Summarize(samples["outside"][w.name])
+		res := result{Name: w.name, What: w.what, InsideNs: in.P50, OutsideNs: out.P50, InsideP95: in.P95, OutsideP95: out.P95,
+			InsideP99: in.P99, OutsideP99: out.P99}
 		res.OverheadPct = (res.InsideNs/res.OutsideNs - 1) * 100
 		results = append(results, res)
 	}
@@ -227,21 +233,11 @@ func run(moat string, rounds int, jsonOut, mdOut string) error {
 		}
 	}
 	if jsonOut != "" {
-		j, _ := json.MarshalIndent(map[string]any{"rounds": rounds, "results": results}, "", "  ")
-		if err := os.WriteFile(jsonOut, j, 0o644); err != nil {
+		rep := map[string]any{"machine": machine.Describe(), "commit": machine.GitCommit(), "date": start.UTC().Format(time.RFC3339),
+			"loadavg": loadStart, "rounds": rounds, "results": results}
+		if err := machine.WriteJSON(jsonOut, rep); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// pct returns the p-th percentile (nearest rank) of xs.
-func pct(xs []float64, p float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	i := int(float64(len(s))*p/100+0.5) - 1
-	return s[min(max(i, 0), len(s)-1)]
 }
