@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/api"
+	"github.com/moat-sandbox/moat/internal/testutil"
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
@@ -26,7 +27,9 @@ func TestMain(m *testing.M) {
 		fakeStdio(true)
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	testutil.Cleanup()
+	os.Exit(code)
 }
 
 // fakeServer is a scripted JSON-RPC daemon; each request is handled in a
