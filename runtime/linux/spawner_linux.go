@@ -148,10 +148,15 @@ func (s *spawnerServer) spawn(q *spawnRequest, fds []int) error {
 	for i, fd := range fds {
 		files[i] = uintptr(fd)
 	}
-	if len(q.Argv) == 0 {
-		return s.conn.SendValue("spawn", &spawnMessage{Err: "no argv", Errno: int(unix.EINVAL)})
+	// Only the runtime's own helpers: this binary started any other way
+	// would be a program of its own (a test binary would run its tests).
+	if len(q.Argv) != 2 || (q.Argv[1] != InitArg && q.Argv[1] != UsernsHoldArg) {
+		return s.conn.SendValue("spawn", &spawnMessage{Err: fmt.Sprintf("not a helper of the runtime: %q", q.Argv), Errno: int(unix.EINVAL)})
 	}
-	pid, err := syscall.ForkExec("/proc/self/exe", q.Argv, &syscall.ProcAttr{Env: []string{}, Files: files, Sys: q.sysProcAttr()})
+	sys := q.sysProcAttr()
+	// Every child dies with the spawner, whatever the request said.
+	sys.Pdeathsig = syscall.SIGKILL
+	pid, err := syscall.ForkExec("/proc/self/exe", q.Argv, &syscall.ProcAttr{Env: []string{}, Files: files, Sys: sys})
 	if err != nil {
 		m := &spawnMessage{Err: err.Error()}
 		var errno syscall.Errno

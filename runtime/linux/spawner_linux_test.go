@@ -147,10 +147,17 @@ func TestSpawnerChildStatusAndKill(t *testing.T) {
 
 	// A start that fails in the child comes back as the error: uid 0 is
 	// not mapped in a user namespace without a uid map.
-	_, err = r.startChild([]string{"moat"}, nil, &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER,
+	_, err = r.startChild([]string{"moat", UsernsHoldArg}, nil, &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER,
 		Credential: &syscall.Credential{Uid: 0, Gid: 0}})
 	if !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.EPERM) {
 		t.Errorf("a start as an unmapped uid: %v, want EINVAL or EPERM", err)
+	}
+	// Nothing but the runtime's helpers is started (this test binary
+	// started bare would run its tests).
+	for _, argv := range [][]string{{"moat"}, {"moat", "-test.run=x"}, {"moat", InitArg, "x"}} {
+		if _, err := r.startChild(argv, nil, &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}); !errors.Is(err, syscall.EINVAL) {
+			t.Errorf("start %q: %v, want EINVAL", argv, err)
+		}
 	}
 	// The spawner still serves.
 	if !r.spawner.alive() {
