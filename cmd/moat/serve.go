@@ -89,7 +89,10 @@ On start the daemon reconciles what a killed predecessor left: sandboxes
 and calls it recorded as running are marked lost, and leftover cgroups are
 removed (the sandboxes' processes, mounts and namespaces died with it).
 SIGINT or SIGTERM stop it cleanly: running sandboxes are deleted (reason
-"shutdown") and every record is kept.
+"shutdown") and every record is kept. The sandboxes' inits are started by
+a spawner, the moat binary re-executed once at start ("moat
+__moat_spawner" in ps), so that creating a sandbox costs the same however
+many the daemon holds; it dies with the daemon, and its sandboxes with it.
 
 Endpoints: /v1/... (see docs/API.md and docs/openapi.json), /healthz,
 /readyz, /metrics (Prometheus text format).
