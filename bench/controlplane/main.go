@@ -34,6 +34,7 @@ import (
 
 	"github.com/moat-sandbox/moat/bench/internal/machine"
 	"github.com/moat-sandbox/moat/bench/internal/moatd"
+	"github.com/moat-sandbox/moat/bench/internal/stats"
 )
 
 type options struct {
@@ -256,14 +257,14 @@ func execute(ctx context.Context, o *options, rep *report, logf func(string, ...
 	rep.Memory = append(rep.Memory, b.snap("before SIGTERM", false))
 
 	took, err := d.Stop(30 * time.Second)
-	rep.Daemon.StopMs = ms(took)
+	rep.Daemon.StopMs = stats.Ms(took)
 	rep.Daemon.ExitedOK = err == nil
 	if err != nil {
 		rep.Errors = append(rep.Errors, "stopping the daemon: "+err.Error())
 	}
 	rep.Daemon.Connections = dials.Load()
 	rep.Daemon.LogLines, rep.Daemon.LogProblems, rep.Daemon.FirstProblems = d.LogProblems()
-	logf("daemon stopped in %.1f ms (exit ok: %v); %d log lines at WARN or ERROR", ms(took), err == nil, rep.Daemon.LogProblems)
+	logf("daemon stopped in %.1f ms (exit ok: %v); %d log lines at WARN or ERROR", stats.Ms(took), err == nil, rep.Daemon.LogProblems)
 	return 0
 }
 

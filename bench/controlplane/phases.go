@@ -97,9 +97,9 @@ func (b *bench) sequential(ctx context.Context, api *row, refs []*row) {
 					continue
 				}
 				if measured {
-					e.r.SamplesMs = append(e.r.SamplesMs, ms(d))
-					e.r.createMs = append(e.r.createMs, ms(cr))
-					e.r.execMs = append(e.r.execMs, ms(fe))
+					e.r.SamplesMs = append(e.r.SamplesMs, stats.Ms(d))
+					e.r.createMs = append(e.r.createMs, stats.Ms(cr))
+					e.r.execMs = append(e.r.execMs, stats.Ms(fe))
 				}
 				continue
 			}
@@ -109,7 +109,7 @@ func (b *bench) sequential(ctx context.Context, api *row, refs []*row) {
 				continue
 			}
 			if measured {
-				e.r.SamplesMs = append(e.r.SamplesMs, ms(d))
+				e.r.SamplesMs = append(e.r.SamplesMs, stats.Ms(d))
 			}
 		}
 		if done := round - b.o.warmup + 1; measured && (done%step == 0 || done == b.o.iterations) {
@@ -164,14 +164,14 @@ func (b *bench) bursts(ctx context.Context, api *row, refs []*row) *burstResult 
 			runtime.GC()
 			if r == api {
 				if d, ok := b.apiBurst(ctx, r, phase, measured); ok && measured {
-					res.MakespanMs = append(res.MakespanMs, ms(d))
+					res.MakespanMs = append(res.MakespanMs, stats.Ms(d))
 				}
 				continue
 			}
 			b.oneShotBurst(r, phase, measured)
 		}
 	}
-	res.Makespan = summary(res.MakespanMs)
+	res.Makespan = stats.Of(res.MakespanMs)
 	b.logf("burst TTI and references: %d bursts of %d", n, b.o.burst)
 	return res
 }
@@ -228,9 +228,9 @@ func (b *bench) apiBurst(ctx context.Context, r *row, phase string, measured boo
 			continue
 		}
 		if measured {
-			r.SamplesMs = append(r.SamplesMs, ms(x.d))
-			r.createMs = append(r.createMs, ms(x.create))
-			r.execMs = append(r.execMs, ms(x.exec))
+			r.SamplesMs = append(r.SamplesMs, stats.Ms(x.d))
+			r.createMs = append(r.createMs, stats.Ms(x.create))
+			r.execMs = append(r.execMs, stats.Ms(x.exec))
 		}
 	}
 	return makespan, ok
@@ -257,7 +257,7 @@ func (b *bench) oneShotBurst(r *row, phase string, measured bool) {
 			continue
 		}
 		if measured {
-			r.SamplesMs = append(r.SamplesMs, ms(ds[i]))
+			r.SamplesMs = append(r.SamplesMs, stats.Ms(ds[i]))
 		}
 	}
 }
@@ -298,7 +298,7 @@ func (b *bench) execRoundTrip(ctx context.Context, r *row) {
 			continue
 		}
 		if measured {
-			r.SamplesMs = append(r.SamplesMs, ms(d))
+			r.SamplesMs = append(r.SamplesMs, stats.Ms(d))
 		}
 	}
 	b.logf("exec round trip: %d calls", b.o.execIterations)
@@ -393,7 +393,7 @@ func (b *bench) soak(ctx context.Context) *soakResult {
 			}
 			ids[i] = id
 			mu.Lock()
-			createMs = append(createMs, ms(d))
+			createMs = append(createMs, stats.Ms(d))
 			mu.Unlock()
 		})
 	}
@@ -475,7 +475,7 @@ func (b *bench) soak(ctx context.Context) *soakResult {
 				return
 			}
 			mu.Lock()
-			deleteMs = append(deleteMs, ms(time.Since(t)))
+			deleteMs = append(deleteMs, stats.Ms(time.Since(t)))
 			mu.Unlock()
 		})
 	}
@@ -491,8 +491,8 @@ func (b *bench) soak(ctx context.Context) *soakResult {
 		for _, c := range cs {
 			res.Calls++
 			if c.ok {
-				all = append(all, ms(c.d))
-				byKind[c.kind] = append(byKind[c.kind], ms(c.d))
+				all = append(all, stats.Ms(c.d))
+				byKind[c.kind] = append(byKind[c.kind], stats.Ms(c.d))
 			}
 			s := int(c.at / time.Second)
 			for len(perSec) <= s {
@@ -508,7 +508,7 @@ func (b *bench) soak(ctx context.Context) *soakResult {
 			if !c.ok {
 				sec.Errors++
 			}
-			lat = append(lat, ms(c.d))
+			lat = append(lat, stats.Ms(c.d))
 		}
 		slices.Sort(lat)
 		if len(lat) > 0 {
@@ -521,14 +521,14 @@ func (b *bench) soak(ctx context.Context) *soakResult {
 	if res.ElapsedSec > 0 {
 		res.Throughput = float64(res.Calls) / res.ElapsedSec
 	}
-	res.Latency = summary(all)
+	res.Latency = stats.Of(all)
 	for k, xs := range byKind {
-		if s := summary(xs); s != nil {
+		if s := stats.Of(xs); s != nil {
 			res.ByKind[kinds[k]] = s
 		}
 	}
-	res.Create = summary(createMs)
-	res.Delete = summary(deleteMs)
+	res.Create = stats.Of(createMs)
+	res.Delete = stats.Of(deleteMs)
 	for _, s := range append(res.Memory, end) {
 		res.DaemonRSSPeakKB = max(res.DaemonRSSPeakKB, s.DaemonRSSKB)
 		if s.SandboxRSSKB > res.SandboxPeakRSSKB {

@@ -124,20 +124,10 @@ func (r *row) fail(phase string, err error) {
 	}
 }
 
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-func summary(xs []float64) *stats.Summary {
-	s, ok := stats.Summarize(xs)
-	if !ok {
-		return nil
-	}
-	return &s
-}
-
 func (r *row) setStats() {
-	r.Stats = summary(r.SamplesMs)
-	r.Create = summary(r.createMs)
-	r.FirstExec = summary(r.execMs)
+	r.Stats = stats.Of(r.SamplesMs)
+	r.Create = stats.Of(r.createMs)
+	r.FirstExec = stats.Of(r.execMs)
 	if r.Stats != nil {
 		r.N = r.Stats.N
 	}

@@ -112,11 +112,11 @@ func (b *bench) level(ctx context.Context, n int, rng *rand.Rand) (level, bool) 
 			lv.Live = len(b.live)
 			break
 		}
-		creates = append(creates, ms(d))
+		creates = append(creates, stats.Ms(d))
 		b.live = append(b.live, sb)
 	}
 	lv.FillSec = time.Since(begin).Seconds()
-	lv.Create = summary(creates)
+	lv.Create = stats.Of(creates)
 	if lv.Live == 0 {
 		return lv, false
 	}
@@ -143,12 +143,12 @@ func (b *bench) level(ctx context.Context, n int, rng *rand.Rand) (level, bool) 
 				continue
 			}
 			if round >= b.o.warmup {
-				samples[k] = append(samples[k], ms(d))
+				samples[k] = append(samples[k], stats.Ms(d))
 			}
 		}
 	}
 	lv.TTISamples, lv.RunSamples = samples[0], samples[1]
-	lv.TTI, lv.Run = summary(lv.TTISamples), summary(lv.RunSamples)
+	lv.TTI, lv.Run = stats.Of(lv.TTISamples), stats.Of(lv.RunSamples)
 	if lv.TTI != nil && lv.Run != nil {
 		b.logf("at %d live: create → echo p50 %.2f ms, moat run p50 %.2f ms, moat PSS %.0f KiB per sandbox",
 			lv.Live, lv.TTI.P50, lv.Run.P50, lv.Memory.MoatPSSPerSandboxKiB)
@@ -193,9 +193,9 @@ func (b *bench) teardown(ctx context.Context) {
 			b.rep.fail("delete %s: %v", sb.ID(), err)
 			continue
 		}
-		dels = append(dels, ms(time.Since(t0)))
+		dels = append(dels, stats.Ms(time.Since(t0)))
 	}
-	b.rep.Teardown = &teardown{Deleted: len(dels), Sec: time.Since(begin).Seconds(), Delete: summary(dels)}
+	b.rep.Teardown = &teardown{Deleted: len(dels), Sec: time.Since(begin).Seconds(), Delete: stats.Of(dels)}
 	b.logf("deleted %d sandboxes in %.1f s", len(dels), b.rep.Teardown.Sec)
 	b.live = nil
 }
@@ -392,14 +392,4 @@ func memoryCgroups() int {
 		}
 	}
 	return 0
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-func summary(xs []float64) *stats.Summary {
-	s, ok := stats.Summarize(xs)
-	if !ok {
-		return nil
-	}
-	return &s
 }

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/bench/internal/machine"
+	"github.com/moat-sandbox/moat/bench/internal/stats"
 )
 
 type options struct {
@@ -151,7 +152,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 					continue
 				}
 				if measured {
-					a.res.SamplesMs = append(a.res.SamplesMs, float64(d)/float64(time.Millisecond))
+					a.res.SamplesMs = append(a.res.SamplesMs, stats.Ms(d))
 				}
 			}
 			if measured {

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/moat-sandbox/moat/bench/internal/machine"
 )
 
 // The OCI rows (runc, runsc, crun) run benchCommand in a container built
@@ -147,43 +149,6 @@ type ociOptions struct {
 	limitSwap bool
 }
 
-// systemLink is one top-level system directory as the host has it: a
-// symlink (target set), or a directory to bind read-only.
-type systemLink struct {
-	path   string // absolute in the container: /bin, /lib…
-	target string // the symlink's target; "" for a directory
-}
-
-// systemDirs is the same list as moat's runtime (runtime/linux systemDirs)
-// and machine.BwrapArgs, less /usr, which is always bound.
-var systemDirs = []string{"/bin", "/lib", "/lib64", "/sbin", "/lib32", "/libx32"}
-
-// hostLayout reports how the host has each of systemDirs, skipping those
-// it lacks: on a merged-/usr host /bin is a symlink to usr/bin and becomes
-// the same symlink in the container; on a split host it is a directory
-// and is bound read-only, as moat and machine.BwrapArgs do.
-func hostLayout(hostRoot string) []systemLink {
-	var links []systemLink
-	for _, d := range systemDirs {
-		host := filepath.Join(hostRoot, d)
-		fi, err := os.Lstat(host)
-		if err != nil {
-			continue
-		}
-		switch {
-		case fi.Mode()&os.ModeSymlink != 0:
-			target, err := os.Readlink(host)
-			if err != nil {
-				continue
-			}
-			links = append(links, systemLink{path: d, target: target})
-		case fi.IsDir():
-			links = append(links, systemLink{path: d})
-		}
-	}
-	return links
-}
-
 // roBind is a read-only bind of the host's path at the same place.
 func roBind(path string) ociMount {
 	return ociMount{Destination: path, Type: "bind", Source: path, Options: []string{"rbind", "ro", "nosuid", "nodev"}}
@@ -197,7 +162,7 @@ func roBind(path string) ociMount {
 // usual device nodes); tmpfs /tmp and /workspace; pid, network, ipc, uts,
 // mount and cgroup namespaces, a user namespace with o.userns, and moat's
 // default limits in o.cgroupsPath. The root is read-only.
-func ociConfig(o ociOptions, layout []systemLink) ociSpec {
+func ociConfig(o ociOptions, layout []machine.SystemLink) ociSpec {
 	none := []string{}
 	s := ociSpec{
 		OCIVersion: "1.0.2",
@@ -228,8 +193,8 @@ func ociConfig(o ociOptions, layout []systemLink) ociSpec {
 		},
 	}
 	for _, l := range layout {
-		if l.target == "" {
-			s.Mounts = append(s.Mounts, roBind(l.path))
+		if l.Target == "" {
+			s.Mounts = append(s.Mounts, roBind(l.Path))
 		}
 	}
 	s.Mounts = append(s.Mounts,
@@ -268,7 +233,7 @@ func ociConfig(o ociOptions, layout []systemLink) ociSpec {
 // host's system symlinks. With a user namespace rootfs belongs to the
 // container's root, as the runtimes create nothing in it themselves.
 func writeBundle(dir string, o ociOptions) error {
-	layout := hostLayout(o.hostRoot)
+	layout := machine.HostLayout(o.hostRoot)
 	spec := ociConfig(o, layout)
 	b, err := json.MarshalIndent(spec, "", "\t")
 	if err != nil {
@@ -299,8 +264,8 @@ func writeBundle(dir string, o ociOptions) error {
 		}
 	}
 	for _, l := range layout {
-		if l.target != "" {
-			if err := os.Symlink(l.target, filepath.Join(root, l.path)); err != nil {
+		if l.Target != "" {
+			if err := os.Symlink(l.Target, filepath.Join(root, l.Path)); err != nil {
 				return err
 			}
 		}

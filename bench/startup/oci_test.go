@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/moat-sandbox/moat/bench/internal/machine"
 )
 
 // decode round-trips v through JSON into generic maps, as a runtime would
@@ -68,7 +70,7 @@ func namespaces(m map[string]any) []string {
 	return ns
 }
 
-var mergedUsr = []systemLink{{"/bin", "usr/bin"}, {"/lib", "usr/lib"}, {"/lib64", "usr/lib64"}, {"/sbin", "usr/sbin"}}
+var mergedUsr = []machine.SystemLink{{Path: "/bin", Target: "usr/bin"}, {Path: "/lib", Target: "usr/lib"}, {Path: "/lib64", Target: "usr/lib64"}, {Path: "/sbin", Target: "usr/sbin"}}
 
 func TestOCIConfig(t *testing.T) {
 	m := decode(t, ociConfig(ociOptions{userns: true, cgroupsPath: "/moat-bench-runc-1", limitSwap: true}, mergedUsr))
@@ -195,7 +197,7 @@ func fakeHost(t *testing.T, entries ...string) string {
 
 func TestHostLayout(t *testing.T) {
 	merged := fakeHost(t, "usr/bin/", "bin->usr/bin", "lib->usr/lib", "lib64->usr/lib64", "sbin->usr/sbin")
-	if got := hostLayout(merged); !slices.Equal(got, mergedUsr) {
+	if got := machine.HostLayout(merged); !slices.Equal(got, mergedUsr) {
 		t.Errorf("merged /usr: %v, want %v", got, mergedUsr)
 	}
 	// A split host: directories become read-only binds; what it lacks
@@ -204,16 +206,16 @@ func TestHostLayout(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(split, "libx32"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	want := []systemLink{{"/bin", ""}, {"/lib", ""}, {"/sbin", ""}, {"/lib32", ""}}
-	got := hostLayout(split)
+	want := []machine.SystemLink{{Path: "/bin", Target: ""}, {Path: "/lib", Target: ""}, {Path: "/sbin", Target: ""}, {Path: "/lib32", Target: ""}}
+	got := machine.HostLayout(split)
 	if !slices.Equal(got, want) {
 		t.Fatalf("split /usr: %v, want %v", got, want)
 	}
 	mounts := mountsByDest(t, decode(t, ociConfig(ociOptions{}, got)))
 	for _, l := range want {
-		mt := mounts[l.path]
-		if mt == nil || mt["type"] != "bind" || mt["source"] != l.path || !slices.Contains(mountOpts(mt), "ro") {
-			t.Errorf("split host: %s not bound read-only: %v", l.path, mt)
+		mt := mounts[l.Path]
+		if mt == nil || mt["type"] != "bind" || mt["source"] != l.Path || !slices.Contains(mountOpts(mt), "ro") {
+			t.Errorf("split host: %s not bound read-only: %v", l.Path, mt)
 		}
 	}
 }

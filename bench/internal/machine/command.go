@@ -148,8 +148,41 @@ func ShellQuote(argv []string) string {
 func BwrapArgs(bin, hostRoot string, cmd ...string) []string {
 	args := []string{bin, "--unshare-all", "--die-with-parent", "--new-session",
 		"--ro-bind", "/usr", "/usr"}
-	// The same list as moat's runtime (runtime/linux systemDirs).
-	for _, d := range []string{"/bin", "/lib", "/lib64", "/sbin", "/lib32", "/libx32"} {
+	for _, l := range HostLayout(hostRoot) {
+		if l.Target != "" {
+			args = append(args, "--symlink", l.Target, l.Path)
+		} else {
+			args = append(args, "--ro-bind", filepath.Join(hostRoot, l.Path), l.Path)
+		}
+	}
+	args = append(args,
+		"--ro-bind", "/etc", "/etc",
+		"--proc", "/proc",
+		"--dev", "/dev",
+		"--tmpfs", "/tmp",
+		"--tmpfs", "/workspace",
+		"--chdir", "/workspace")
+	return append(args, cmd...)
+}
+
+// SystemLink is one of the host's top-level system directories as a
+// sandbox mirrors it.
+type SystemLink struct {
+	Path   string // absolute: /bin, /lib…
+	Target string // the symlink's target; "" for a directory
+}
+
+// systemDirs is the same list as moat's runtime (runtime/linux
+// systemDirs), less /usr, which is always bound.
+var systemDirs = []string{"/bin", "/lib", "/lib64", "/sbin", "/lib32", "/libx32"}
+
+// HostLayout reports how the host under hostRoot has each of the system
+// directories, skipping those it lacks: on a merged-/usr host /bin is a
+// symlink to usr/bin, which a sandbox mirrors as the same symlink; on a
+// split host it is a directory, which a sandbox binds read-only.
+func HostLayout(hostRoot string) []SystemLink {
+	var links []SystemLink
+	for _, d := range systemDirs {
 		host := filepath.Join(hostRoot, d)
 		fi, err := os.Lstat(host)
 		if err != nil {
@@ -161,17 +194,10 @@ func BwrapArgs(bin, hostRoot string, cmd ...string) []string {
 			if err != nil {
 				continue
 			}
-			args = append(args, "--symlink", target, d)
+			links = append(links, SystemLink{Path: d, Target: target})
 		case fi.IsDir():
-			args = append(args, "--ro-bind", host, d)
+			links = append(links, SystemLink{Path: d})
 		}
 	}
-	args = append(args,
-		"--ro-bind", "/etc", "/etc",
-		"--proc", "/proc",
-		"--dev", "/dev",
-		"--tmpfs", "/tmp",
-		"--tmpfs", "/workspace",
-		"--chdir", "/workspace")
-	return append(args, cmd...)
+	return links
 }

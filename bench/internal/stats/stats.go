@@ -7,6 +7,7 @@ package stats
 import (
 	"math"
 	"slices"
+	"time"
 )
 
 // Summary holds the statistics of a set of samples, in their unit.
@@ -38,6 +39,18 @@ func Summarize(samples []float64) (s Summary, ok bool) {
 	s.Mean, s.Stddev = MeanStddev(sorted)
 	return s, true
 }
+
+// Of summarises samples for a report field: nil when there are none.
+func Of(samples []float64) *Summary {
+	s, ok := Summarize(samples)
+	if !ok {
+		return nil
+	}
+	return &s
+}
+
+// Ms is d in milliseconds, the unit of the benchmarks' samples.
+func Ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // Percentile returns the p-quantile (0 ≤ p ≤ 1) of sorted (ascending) by
 // linear interpolation between the closest ranks: the value at fractional
