@@ -52,7 +52,6 @@ type spawnRequest struct {
 	GIDMappings []syscall.SysProcIDMap `json:"gid_mappings,omitempty"`
 	Setgroups   bool                   `json:"setgroups,omitempty"`
 	Credential  *syscall.Credential    `json:"credential,omitempty"`
-	Pdeathsig   syscall.Signal         `json:"pdeathsig,omitempty"`
 }
 
 // spawnMessage is the spawner's answer to a request (Pid and a pidfd, or
@@ -68,14 +67,16 @@ type spawnMessage struct {
 func requestFor(argv []string, sys *syscall.SysProcAttr) spawnRequest {
 	return spawnRequest{
 		Argv: argv, Cloneflags: sys.Cloneflags, UIDMappings: sys.UidMappings, GIDMappings: sys.GidMappings,
-		Setgroups: sys.GidMappingsEnableSetgroups, Credential: sys.Credential, Pdeathsig: sys.Pdeathsig,
+		Setgroups: sys.GidMappingsEnableSetgroups, Credential: sys.Credential,
 	}
 }
 
 func (q *spawnRequest) sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{
 		Cloneflags: q.Cloneflags, UidMappings: q.UIDMappings, GidMappings: q.GIDMappings,
-		GidMappingsEnableSetgroups: q.Setgroups, Credential: q.Credential, Pdeathsig: q.Pdeathsig,
+		GidMappingsEnableSetgroups: q.Setgroups, Credential: q.Credential,
+		// Every child dies with the spawner.
+		Pdeathsig: syscall.SIGKILL,
 	}
 }
 
@@ -153,27 +154,29 @@ func (s *spawnerServer) spawn(q *spawnRequest, fds []int) error {
 	if len(q.Argv) != 2 || (q.Argv[1] != InitArg && q.Argv[1] != UsernsHoldArg) {
 		return s.conn.SendValue("spawn", &spawnMessage{Err: fmt.Sprintf("not a helper of the runtime: %q", q.Argv), Errno: int(unix.EINVAL)})
 	}
-	sys := q.sysProcAttr()
-	// Every child dies with the spawner, whatever the request said.
-	sys.Pdeathsig = syscall.SIGKILL
-	pid, err := syscall.ForkExec("/proc/self/exe", q.Argv, &syscall.ProcAttr{Env: []string{}, Files: files, Sys: sys})
+	pid, err := syscall.ForkExec("/proc/self/exe", q.Argv, &syscall.ProcAttr{Env: []string{}, Files: files, Sys: q.sysProcAttr()})
 	if err != nil {
-		m := &spawnMessage{Err: err.Error()}
-		var errno syscall.Errno
-		if errors.As(err, &errno) {
-			m.Errno = int(errno)
-		}
-		return s.conn.SendValue("spawn", m)
+		return s.conn.SendValue("spawn", failure("", err))
 	}
 	pidfd, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
 		// The child is ours and alive (not reaped: mu is held), so this
 		// cannot happen short of running out of descriptors; end it.
 		_ = unix.Kill(pid, unix.SIGKILL)
-		return s.conn.SendValue("spawn", &spawnMessage{Err: "pidfd_open: " + err.Error(), Errno: int(err.(syscall.Errno))})
+		return s.conn.SendValue("spawn", failure("pidfd_open: ", err))
 	}
 	defer unix.Close(pidfd)
 	return s.conn.SendValue("spawn", &spawnMessage{Pid: pid}, pidfd)
+}
+
+// failure is the answer to a start that failed with err.
+func failure(prefix string, err error) *spawnMessage {
+	m := &spawnMessage{Err: prefix + err.Error()}
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		m.Errno = int(errno)
+	}
+	return m
 }
 
 // reap collects every exited child and reports it.
