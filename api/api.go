@@ -100,8 +100,8 @@ type SandboxPolicy struct {
 	// Restrictions counts the paths hidden or made read-only in the
 	// sandbox by the policy.
 	Restrictions int `json:"restrictions"`
-	// Created lists host entries made so they could be protected (an
-	// empty .git/hooks).
+	// Created lists host entries made so they could be protected (the
+	// empty directory of a submodule that had none).
 	Created []string `json:"created,omitempty"`
 }
 

@@ -29,6 +29,10 @@ const (
 	CodePolicyDenied     = "policy_denied"       // 403: the policy refused the call, or its approval was refused or expired
 )
 
+// CodeStorage (507): a snapshot would take its tenant's snapshots past
+// their store quota.
+const CodeStorage = "insufficient_storage"
+
 // Error is the body of every failed call: HTTP answers it as JSON with the
 // status of its code; JSON-RPC carries it as the error's data.
 type Error struct {
@@ -102,6 +106,8 @@ func HTTPStatus(e *Error) int {
 		return http.StatusServiceUnavailable
 	case CodeUnimplemented:
 		return http.StatusNotImplemented
+	case CodeStorage:
+		return http.StatusInsufficientStorage
 	case CodeFile:
 		switch e.Errno {
 		case "ENOENT", "ENOTDIR":

@@ -49,6 +49,7 @@ var errorCodes = []string{
 	CodeInvalidArgument, CodeUnauthenticated, CodePermissionDenied, CodeNotFound, CodeMethodNotAllowed,
 	CodeTimeout, CodeBusy, CodeConflict, CodeGone, CodeTooLarge, CodeUnsupportedMedia, CodeTooMany,
 	CodeInternal, CodeSetup, CodeUnavailable, CodeFile, CodeNotRunning, CodeUnimplemented, CodePolicyDenied,
+	CodeStorage,
 }
 
 // fileErrnos are the errno names of file_error that have a status of
@@ -641,6 +642,8 @@ func opStatuses(op Op) []int {
 		add(409) // conflict: a snapshot or live sandbox uses it
 	case OpSnapshotFork:
 		add(403, 429, 503) // as sandbox.create
+	case OpSnapshotCreate:
+		add(413, 507) // too_large: over the capture caps; insufficient_storage: the tenant's store quota
 	}
 	var out []int
 	for s := range set {
@@ -965,7 +968,7 @@ var fieldDocs = map[string]string{
 	"Error.approval":                 "policy_denied after an ask: the approval that was denied or expired.",
 	"SandboxPolicy.restrictions":     "How many paths the policy hides or makes read-only in the sandbox.",
 	"SandboxPolicy.unenforced":       "What only the daemon's decisions enforce (not the kernel), one line each.",
-	"SandboxPolicy.created":          "Host entries created so they could be protected (an empty .git/hooks).",
+	"SandboxPolicy.created":          "Host entries created so they could be protected (the empty directory of a submodule that had none).",
 	"SandboxPolicy.files":            "The policy files loaded at the create, with their layer.",
 	"Approval.op":                    "The operation that waits: process.exec, process.start, file.read, ...",
 	"Approval.actor":                 "Who made the call.",
@@ -1014,9 +1017,10 @@ var opDocs = map[string]string{
 	OpAuditQuery:   "Only the caller's tenant's events.",
 	OpTemplateList: "The host template (the host's system directories, read-only) is always listed first. Templates are imported with `moat template import` on the daemon's host.",
 	OpSnapshotCreate: "The sandbox is paused (cgroup freezer) while what changed in its root since its last snapshot is copied: the snapshot is layered on that one, or on the snapshot or template the sandbox started from. " +
-		"Process state is not captured (see processes). A sandbox whose workspace is a host directory, or with a writable bind, is 400: a snapshot would miss those files. 501 where the host has no freezer or the server no template store.",
+		"Process state is not captured (see processes). A sandbox whose workspace is a host directory, or with a writable bind, is 400: a snapshot would miss those files. 501 where the host has no freezer or the server no template store. " +
+		"Sparse files keep their holes. 413 over the capture caps (8 GiB of files, apparent size; 1,000,000 entries); 507 insufficient_storage when the tenant's snapshots would pass their store quota (nothing is kept).",
 	OpSandboxRestore: "The sandbox keeps its id, policy, limits and network; its filesystem becomes the snapshot's and every process of it ends (their records go). The snapshot may be of another template.",
-	OpSnapshotList:   "Only the caller's tenant's snapshots, oldest first.",
+	OpSnapshotList:   "Only the caller's tenant's snapshots, oldest first, with what they cost in the store together (store_bytes) and the tenant's quota (store_quota).",
 	OpSnapshotGet:    "Another tenant's snapshot is 404.",
 	OpSnapshotDelete: "409 conflict while a snapshot is layered on it or a live sandbox (a fork, a restored sandbox) uses it.",
 	OpSnapshotFork:   "All or nothing: if one create fails, the others are deleted and the error is answered. Each create is audited as sandbox.create.",

@@ -47,9 +47,13 @@ type Snapshot struct {
 	Sandbox  string    `json:"sandbox,omitempty"`
 	Created  time.Time `json:"created"`
 	// Bytes, Entries and Whiteouts describe the snapshot's own layer
-	// (what changed since its parent); Depth counts the snapshot layers
-	// of its chain.
+	// (what changed since its parent; Bytes is the apparent size of its
+	// files, holes of sparse files included); DiskBytes is what the layer
+	// costs in the store (sparse files keep their holes), counted against
+	// the tenant's store quota. Depth counts the snapshot layers of its
+	// chain.
 	Bytes     int64 `json:"bytes"`
+	DiskBytes int64 `json:"disk_bytes"`
 	Entries   int   `json:"entries"`
 	Whiteouts int   `json:"whiteouts"`
 	Depth     int   `json:"depth"`
@@ -78,6 +82,11 @@ type ListSnapshots struct{}
 // SnapshotList is the answer of snapshot.list.
 type SnapshotList struct {
 	Snapshots []Snapshot `json:"snapshots"`
+	// StoreBytes is what the caller's snapshots cost in the store
+	// together (their disk_bytes); StoreQuota is the tenant's snapshot
+	// store quota (0 without a template store).
+	StoreBytes int64 `json:"store_bytes"`
+	StoreQuota int64 `json:"store_quota"`
 }
 
 // RestoreSandbox is the request of sandbox.restore.

@@ -40,6 +40,10 @@ type Defaults struct {
 	// StoreDir is the template and snapshot store ("" means
 	// /var/lib/moat/store).
 	StoreDir string
+	// SnapshotQuota caps what one tenant's snapshots cost in the store
+	// together (allocated bytes: a sparse file's holes cost nothing); 0
+	// means the daemon's default (10 GiB).
+	SnapshotQuota int64
 	// Pools are the daemon's warm pools.
 	Pools []Pool
 	// Source is the file the values came from ("" for built-ins).
@@ -87,6 +91,7 @@ func BuiltIn() Defaults {
 //
 //	[store]
 //	dir = "/var/lib/moat/store"  # templates and snapshots
+//	snapshot_quota = "10GiB"     # per tenant: what its snapshots may cost in the store
 //
 //	[[pool]]                     # one per warm pool of `moat serve`
 //	template = "host"
@@ -94,7 +99,8 @@ func BuiltIn() Defaults {
 //	size = 4
 type file struct {
 	Store struct {
-		Dir *string `toml:"dir"`
+		Dir           *string `toml:"dir"`
+		SnapshotQuota *string `toml:"snapshot_quota"`
 	} `toml:"store"`
 	Pool []struct {
 		Template string `toml:"template"`
@@ -172,6 +178,13 @@ func Parse(name string, b []byte) (Defaults, error) {
 			return d, fmt.Errorf("%w: %s: store.dir: want an absolute path, got %q", ErrInvalid, name, *f.Store.Dir)
 		}
 		d.StoreDir = *f.Store.Dir
+	}
+	if q := f.Store.SnapshotQuota; q != nil {
+		v, err := ParseSize(*q)
+		if err != nil || v <= 0 {
+			return d, fmt.Errorf("%w: %s: store.snapshot_quota: %v", ErrInvalid, name, errors.Join(err, errors.New("must be a size above 0")))
+		}
+		d.SnapshotQuota = v
 	}
 	for i, p := range f.Pool {
 		switch {

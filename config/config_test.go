@@ -92,3 +92,19 @@ func TestStoreAndPools(t *testing.T) {
 		}
 	}
 }
+
+func TestSnapshotQuota(t *testing.T) {
+	if d, err := Parse("c.toml", nil); err != nil || d.SnapshotQuota != 0 {
+		t.Fatalf("default: %d %v (want 0: the daemon's default)", d.SnapshotQuota, err)
+	}
+	d, err := Parse("c.toml", []byte("[store]\nsnapshot_quota = \"2GiB\"\n"))
+	if err != nil || d.SnapshotQuota != 2<<30 {
+		t.Fatalf("2GiB: %d %v", d.SnapshotQuota, err)
+	}
+	for _, bad := range []string{"0", "-1", "lots", ""} {
+		_, err := Parse("c.toml", []byte("[store]\nsnapshot_quota = \""+bad+"\"\n"))
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "store.snapshot_quota") {
+			t.Errorf("%q: got %v, want ErrInvalid naming store.snapshot_quota", bad, err)
+		}
+	}
+}

@@ -32,7 +32,7 @@ type Options struct {
 	// (tokens, database, audit tape) when it is not under /var/lib/moat.
 	Hide []string
 	// DryRun changes nothing on the host (moat policy explain): a missing
-	// hooks directory is reported as one that would be created.
+	// submodule directory is reported as one that would be created.
 	DryRun bool
 }
 
@@ -50,7 +50,8 @@ type Report struct {
 	// Walked counts the directory entries visited expanding patterns.
 	Walked int `json:"walked"`
 	// Created lists host entries Compile created so they could be
-	// protected: an empty hooks directory in a .git that lacked one.
+	// protected: the empty directory of a submodule that had none (as
+	// git's checkout leaves an uninitialized one).
 	Created []string `json:"created,omitempty"`
 }
 
@@ -100,6 +101,17 @@ func Compile(eff *policy.Effective, spec *sandbox.Spec, o Options) (*sandbox.Spe
 	if o.MaxRestrict <= 0 {
 		o.MaxRestrict = DefaultMaxRestrict
 	}
+	// The paths are checked before anything maps them: the view and the
+	// restrictions work on clean absolute paths only.
+	if err := spec.Validate(); err != nil {
+		return nil, nil, err
+	}
+	for _, h := range o.Hide {
+		// The operator's setting, not the caller's input: not ErrInvalidSpec.
+		if !path.IsAbs(h) || strings.IndexByte(h, 0) >= 0 {
+			return nil, nil, fmt.Errorf("enforce: hidden path %s is not an absolute path", sandbox.Quote(h, 80))
+		}
+	}
 	for _, b := range spec.Binds {
 		req, what := policy.ReadPath(b.Source), "--ro "+b.Source
 		if b.Writable {
@@ -146,6 +158,8 @@ type compiler struct {
 	view  *View
 	seen  map[string]bool // restricted sandbox paths
 	full  bool            // MaxRestrict reached
+	// gitSeen holds the .git entries gitRepo has handled.
+	gitSeen map[string]bool
 }
 
 func (c *compiler) note(format string, a ...any) {
@@ -162,14 +176,20 @@ func (c *compiler) add(p string, m sandbox.RestrictMode) {
 	if c.seen[p] {
 		return
 	}
-	// Nothing to add below a hidden or read-only path.
+	if !path.IsAbs(p) || path.Clean(p) != p || p == "/" {
+		c.note("%s cannot be restricted: not a clean absolute path below /", sandbox.Quote(p, 80))
+		return
+	}
+	// Nothing to add below a hidden or read-only path. The walk up ends
+	// for any input: path.Dir reaches "/" from an absolute path and "."
+	// from anything else.
 	for q := path.Dir(p); ; q = path.Dir(q) {
 		for _, r := range c.spec.Restrict {
 			if r.Path == q && (r.Mode == sandbox.Hide || (r.Mode == sandbox.ReadOnly && m != sandbox.Hide)) {
 				return
 			}
 		}
-		if q == "/" {
+		if q == "/" || q == "." || q == "" {
 			break
 		}
 	}

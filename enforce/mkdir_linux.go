@@ -2,6 +2,8 @@ package enforce
 
 import (
 	"errors"
+	"fmt"
+	"io"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -41,4 +43,47 @@ func openDir(p string) (*os.File, error) {
 		return nil, err
 	}
 	return os.NewFile(uintptr(fd), p), nil
+}
+
+// errNotExist: the file is not there.
+var errNotExist = os.ErrNotExist
+
+// openRegular opens p for reading without following a symlink in its last
+// component and without blocking (a FIFO is refused, never waited on); it
+// must be a regular file of at most max bytes.
+func openRegular(p string, max int64) (*os.File, int64, error) {
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil, 0, errNotExist
+		}
+		if errors.Is(err, unix.ELOOP) {
+			return nil, 0, errors.New("a symlink")
+		}
+		return nil, 0, err
+	}
+	f := os.NewFile(uintptr(fd), p)
+	st, err := f.Stat()
+	switch {
+	case err != nil:
+	case !st.Mode().IsRegular():
+		err = fmt.Errorf("not a regular file (%s)", st.Mode().Type())
+	case st.Size() > max:
+		err = fmt.Errorf("larger than %d bytes", max)
+	}
+	if err != nil {
+		f.Close()
+		return nil, 0, err
+	}
+	return f, st.Size(), nil
+}
+
+// readSmallRegular reads a regular file of at most max bytes (openRegular).
+func readSmallRegular(p string, max int64) ([]byte, error) {
+	f, size, err := openRegular(p, max)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, size))
 }

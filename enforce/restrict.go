@@ -42,6 +42,9 @@ func (c *compiler) restrict() {
 			c.note("%s was not searched for protected and credential files (walk budget of %d entries spent): only the policy engine refuses what patterns name there", t.Target, c.o.MaxWalk)
 			continue
 		}
+		if t.Writable {
+			c.enclosingRepo(t)
+		}
 		var ps []item
 		for _, e := range patterns {
 			if e.Path == "" || within(e.Path, t.Host) || within(t.Host, e.Path) {
@@ -58,7 +61,7 @@ func (c *compiler) restrict() {
 	}
 	sort.Strings(targets)
 	for _, t := range targets {
-		c.note("in %s, protected entries that do not exist yet (.git, .git/hooks, .git/config, .moat, shell rc files, policy files) can be created by the sandbox: a mount needs an existing entry; moat's own file operations refuse them", t)
+		c.note("in %s, protected entries that do not exist yet (.git, .moat, shell rc files, policy files) can be created by the sandbox: a mount needs an existing entry; moat's own file operations refuse them; a repository the sandbox creates is its own, and git run in it on the host reads its configuration", t)
 	}
 	if c.roots.Profile == policy.Trusted {
 		var ro []string
@@ -161,12 +164,12 @@ func (c *compiler) judge(host, sp string, t Tree, hide, entryOnly bool) bool {
 	}
 	if entryOnly {
 		c.add(sp, sandbox.Pin)
-		if path.Base(host) == ".git" {
-			c.gitHooks(host, sp)
-		}
 		return false
 	}
 	c.add(sp, sandbox.ReadOnly)
+	if path.Base(host) == ".git" {
+		c.gitRepo(host, sp, t)
+	}
 	return true
 }
 
@@ -290,26 +293,4 @@ func (c *compiler) match(comps []string, h, s string, t Tree, cands []item) bool
 func within(p, dir string) bool {
 	_, ok := cut(p, dir)
 	return ok
-}
-
-// gitHooks makes sure a repository's hooks directory exists so it can be
-// mounted read-only: without one, the sandbox could create .git/hooks and
-// plant a hook that runs when someone uses the repository on the host.
-// git treats an empty hooks directory like a missing one. It is created
-// beneath the .git directory without following symlinks, owned like it.
-func (c *compiler) gitHooks(gitDir, sp string) {
-	if c.o.DryRun {
-		if _, err := os.Lstat(path.Join(gitDir, "hooks")); os.IsNotExist(err) {
-			c.rep.Created = append(c.rep.Created, path.Join(gitDir, "hooks")+" (would be created)")
-		}
-		return
-	}
-	created, err := mkdirOwned(gitDir, "hooks")
-	if err != nil {
-		c.note("%s/hooks could not be created to protect it (%v): the sandbox can create it; moat's own file operations refuse it", sp, err)
-		return
-	}
-	if created {
-		c.rep.Created = append(c.rep.Created, path.Join(gitDir, "hooks"))
-	}
 }

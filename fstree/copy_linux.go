@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
-	"os"
 	"sort"
 
 	"golang.org/x/sys/unix"
@@ -35,6 +34,13 @@ func isLowerRef(attr string) bool {
 // changes during the copy cannot make it read outside src: an entry that
 // changed type is an error, one that vanished is left out. Content is hashed
 // while it is copied: the Digest in Stats costs no second read.
+//
+// Regular files keep their holes: only the data extents of the source
+// (lseek SEEK_DATA/SEEK_HOLE) are written and the copy is truncated to the
+// source's size, so a sparse file costs in the copy about what it costs in
+// the source, whatever its apparent size (holes are hashed as the zeros
+// they read as: the digest does not depend on the layout). Stats.DiskBytes
+// is what the copy allocated, bounded by Limits.MaxDiskBytes.
 func CopyDir(ctx context.Context, src, dst string, opt Options) (*Stats, error) {
 	w, err := newWriter(ctx, dst, opt)
 	if err != nil {
@@ -102,8 +108,14 @@ func (c *copier) record(rel string, dirfd int, name string, sum *[32]byte) error
 		r.sum = *sum
 	}
 	c.recs = append(c.recs, r)
+	if st.Mode&unix.S_IFMT != unix.S_IFREG { // a hardlink's blocks are its first copy's
+		return c.w.addDisk(rel, &st)
+	}
 	return nil
 }
+
+// roundUp rounds n up to a multiple of the power of two b.
+func roundUp(n, b int64) int64 { return (n + b - 1) &^ (b - 1) }
 
 // tree copies the entries of the source directory sfd into the destination
 // directory dfd; dir is their relative path.
@@ -271,12 +283,16 @@ func (c *copier) file(sfd, dfd int, name, rel string, st *unix.Stat_t) error {
 	if err := c.w.budget(rel, st.Size); err != nil {
 		return err
 	}
+	// What the source allocates is about what the copy will: a file that
+	// cannot fit is refused before anything of it is written.
+	if err := c.w.diskBudget(rel, min(diskCost(st), roundUp(st.Size, 4096))); err != nil {
+		return err
+	}
 	fd, err := openSource(sfd, name, rel, st, unix.O_RDONLY|unix.O_NONBLOCK)
 	if err != nil {
 		return err
 	}
-	f := os.NewFile(uintptr(fd), rel)
-	defer f.Close()
+	defer unix.Close(fd)
 	if err := c.checkLowerRefs(fd, rel); err != nil {
 		return err
 	}
@@ -287,7 +303,7 @@ func (c *copier) file(sfd, dfd int, name, rel string, st *unix.Stat_t) error {
 	m := meta{mode: c.w.fileMode(st.Mode), uid: uid, gid: gid, mtime: st.Mtim}
 	h := sha256.New()
 	var dst unix.Stat_t
-	if _, err := c.w.createFile(dfd, name, rel, onlyReader{f}, m, h, &dst); err != nil {
+	if err := c.w.createSparse(dfd, name, rel, fd, st.Size, m, h, &dst); err != nil {
 		return err
 	}
 	r := recordOf(rel, &dst)

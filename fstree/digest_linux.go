@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"os"
 	"sort"
 	"strconv"
 
@@ -232,23 +231,26 @@ func (d *digester) walk(fd int, dir string, level int) error {
 }
 
 // hashFile returns the size and sha256 of the regular file name in dirfd.
+// Holes (SEEK_HOLE) are hashed as the zeros they read as, without reading
+// them.
 func (d *digester) hashFile(dirfd int, name string) (int64, [32]byte, error) {
 	var sum [32]byte
 	fd, err := openBeneath(dirfd, name, unix.O_RDONLY|unix.O_NONBLOCK)
 	if err != nil {
 		return 0, sum, err
 	}
-	f := os.NewFile(uintptr(fd), name)
-	defer f.Close()
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, sum, err
+	}
 	h := sha256.New()
-	n, err := io.CopyBuffer(h, onlyReader{f}, d.buf)
+	err = extents(fd, st.Size, d.buf,
+		func(n int64) error { return hashZeros(h, n, nil) },
+		func(b []byte, _ int64) error { h.Write(b); return nil })
 	if err != nil {
 		return 0, sum, err
 	}
 	h.Sum(sum[:0])
-	return n, sum, nil
+	return st.Size, sum, nil
 }
-
-// onlyReader hides every method of a reader but Read, so that io.CopyBuffer
-// uses the buffer it is given.
-type onlyReader struct{ io.Reader }

@@ -34,6 +34,7 @@ package fstree
 
 import (
 	"errors"
+	"fmt"
 
 	"golang.org/x/sys/unix"
 )
@@ -53,6 +54,9 @@ var (
 	ErrHostile = errors.New("hostile archive")
 	// ErrLimit: the operation would exceed one of Limits.
 	ErrLimit = errors.New("limit exceeded")
+	// ErrDiskLimit: the copy would allocate more than Limits.MaxDiskBytes
+	// (it wraps ErrLimit too).
+	ErrDiskLimit = fmt.Errorf("%w: disk space", ErrLimit)
 	// ErrTruncated: the tar or compressed stream ended early.
 	ErrTruncated = errors.New("truncated archive")
 	// ErrDigest: a blob or layer does not match its digest.
@@ -74,10 +78,18 @@ var (
 // directory created for one that the source does not list, so that it
 // bounds the work of an operation too. MaxDepth bounds the number of
 // components of a path. ImportOCI applies them to the image as a whole.
+//
+// CopyDir keeps the holes of sparse files (see CopyDir): MaxBytes counts
+// their apparent size (holes included: it bounds the reading and hashing
+// of the copy), and MaxDiskBytes, if set, what the copy really allocates
+// (st_blocks × 512 of every file, directory and symlink written; a
+// hardlinked file once). A copy that would pass MaxDiskBytes stops with
+// ErrDiskLimit before the file that would pass it is written in full.
 type Limits struct {
-	MaxBytes   int64 // total bytes of regular files written; default 8 GiB
-	MaxEntries int   // entries written; default 1,000,000
-	MaxDepth   int   // path depth; default 256
+	MaxBytes     int64 // total bytes of regular files written (apparent size); default 8 GiB
+	MaxEntries   int   // entries written; default 1,000,000
+	MaxDepth     int   // path depth; default 256
+	MaxDiskBytes int64 // CopyDir: bytes allocated in the destination; 0 (default): no limit
 }
 
 // withDefaults returns l with zero (or negative) fields set to the defaults.
@@ -90,6 +102,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxDepth <= 0 {
 		l.MaxDepth = DefaultMaxDepth
+	}
+	if l.MaxDiskBytes < 0 {
+		l.MaxDiskBytes = 0
 	}
 	return l
 }
@@ -123,10 +138,14 @@ type Options struct {
 	Seen func(rel string, st *unix.Stat_t)
 }
 
-// Stats describe what was written.
+// Stats describe what was written. Bytes is the total size of the regular
+// files written (their apparent size: a sparse file's holes count);
+// DiskBytes, counted by CopyDir only, is what the copy allocated on disk
+// (st_blocks × 512 of every entry written, a hardlinked file once).
 type Stats struct {
 	Entries, Files, Dirs, Symlinks, Hardlinks int
 	Bytes                                     int64
+	DiskBytes                                 int64
 	Skipped                                   []string // paths left out (devices, fifos, sockets), first 100
 	SkippedCount                              int
 	StrippedSetid                             int    // files whose setuid/setgid bits were removed

@@ -27,6 +27,9 @@ func ImportOCI(ctx context.Context, src, ref, dst string, opt Options) (*Image, 
 	return nil, nil, errPlatform
 }
 
+// OpenBeneath is only implemented on Linux.
+func OpenBeneath(dirfd int, rel string, flags int) (int, error) { return -1, errPlatform }
+
 // Whiteout is only implemented on Linux.
 func Whiteout(dst, rel string) error { return errPlatform }
 

@@ -77,6 +77,16 @@ func (e *Endpoint) emit(ev Event) {
 	if ev.Duration > 0 {
 		ev.DurationMs = float64(ev.Duration.Microseconds()) / 1000
 	}
+	if r := e.p.cfg.Redact; r != nil {
+		ev.Host, ev.Addr, ev.Reason, ev.Rule = r(ev.Host), r(ev.Addr), r(ev.Reason), r(ev.Rule)
+		if ev.Answers != nil {
+			ans := make([]string, len(ev.Answers))
+			for i, a := range ev.Answers {
+				ans[i] = r(a)
+			}
+			ev.Answers = ans
+		}
+	}
 	level := slog.LevelDebug
 	if ev.Decision == DecisionDeny {
 		level = slog.LevelInfo

@@ -115,6 +115,11 @@ func headEnd(buf []byte) int {
 // refuse answers a refusal to an HTTP client and records it.
 func (e *Endpoint) refuse(bw *bufio.Writer, t *target, r *refusal, closeConn bool) {
 	e.emitRefusal(t, r)
+	if redact := e.p.cfg.Redact; redact != nil {
+		rr := *r
+		rr.Reason = redact(rr.Reason)
+		r = &rr
+	}
 	writeRefusal(bw, r, closeConn)
 }
 

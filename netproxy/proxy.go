@@ -71,6 +71,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Events, if not nil, is called synchronously for every event.
 	Events func(Event)
+	// Redact, if not nil, is applied to the text of every event (before
+	// it is logged or passed to Events) and to the body of every refusal
+	// the proxy answers, so that a secret in a host name is never written
+	// out, not even in the lower case the proxy gives host names.
+	Redact func(string) string
 	// HostAddrs returns the host's own addresses, which count as special;
 	// default net.InterfaceAddrs. The answer is cached for 1 s.
 	HostAddrs func() ([]netip.Addr, error)

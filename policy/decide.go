@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"path"
 	"strings"
+
+	"github.com/moat-sandbox/moat/display"
 )
 
 // Request is one thing an agent wants to do.
@@ -75,7 +77,9 @@ func (r Request) String() string {
 	switch r.Kind {
 	case Exec:
 		if r.Argv != nil {
-			return "Exec(" + joinWords(r.Argv) + ")"
+			// Shell words, so that ["rm -rf /"] and ["rm", "-rf", "/"]
+			// never read alike; controls stay raw (display escapes them).
+			return "Exec(" + display.Join(r.Argv) + ")"
 		}
 		return "Exec(" + r.Command + ")"
 	case Read, Write:
@@ -266,17 +270,7 @@ func (e *Effective) protected(p string, comps []string) (rule, why string, ok bo
 		rest := comps[i+1:]
 		switch c {
 		case ".git":
-			if len(rest) == 0 {
-				return "builtin: .git is read-only", "the .git entry itself cannot be replaced, renamed or removed: it holds .git/hooks and .git/config, which are read-only", true
-			}
-			for _, x := range rest {
-				if x == "hooks" {
-					return "builtin: .git/hooks is read-only", "git hooks are read-only: they would run outside the sandbox", true
-				}
-			}
-			if l := rest[len(rest)-1]; l == "config" || l == "config.worktree" {
-				return "builtin: .git/config is read-only", "git config is read-only: it can make git run commands (core.hooksPath, aliases, filters)", true
-			}
+			return "builtin: .git is read-only", "git on the host reads configuration and programs from .git (config, hooks, commondir, gitdir files, alternates, attributes, submodules' git directories): a repository's .git is read-only in the sandbox, so commits are made on the host", true
 		case ".moat":
 			if len(rest) == 0 {
 				return "builtin: .moat is read-only", "the .moat directory holds the project policy and cannot be replaced, renamed or removed", true

@@ -151,7 +151,7 @@
 //  1. A bad request (empty path, NUL byte, a path not absolute after
 //     anchoring, an unresolvable path, a bad host, an empty command) is
 //     denied, Decision.Invalid set.
-//  2. Write to a protected path: deny ("builtin: .git/hooks is read-only").
+//  2. Write to a protected path: deny ("builtin: .git is read-only").
 //  3. The built-in credential lists and the profile's ceiling: deny
 //     ("builtin: credentials ...", "profile untrusted: ...").
 //  4. Rules: the effect is the most restrictive of all matching rules of

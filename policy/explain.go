@@ -11,7 +11,7 @@ type PathEntry struct {
 	// pattern's longest literal prefix); "" for a base name at any depth.
 	Path string `json:"path"`
 	// Pattern is the whole absolute pattern: "/home/u/.ssh",
-	// "/ws/**/.git/hooks", "**/*.pem" (any depth, anywhere).
+	// "/ws/**/.git", "**/*.pem" (any depth, anywhere).
 	Pattern string `json:"pattern"`
 	// Literal: Pattern is exactly Path and everything below it, so a mount
 	// (or a Landlock rule) can enforce it; otherwise only the policy engine
@@ -92,8 +92,8 @@ type Roots struct {
 	// built-in credentials and host secrets, credential base names, host
 	// runtime directories (trusted), and deny/ask Read rules.
 	DenyRead []PathEntry `json:"deny_read"`
-	// ReadOnly must not be writable inside Writable roots: .git hooks and
-	// config, shell rc files, policy files (with their parent directories
+	// ReadOnly must not be writable inside Writable roots: every .git
+	// (whole), shell rc files, policy files (with their parent directories
 	// as entries), credentials, and deny/ask Write rules. Entries exist
 	// whether or not the path exists yet: a runtime must also stop the
 	// sandbox from creating them.
@@ -171,11 +171,10 @@ func (e *Effective) Roots() Roots {
 	}
 	for _, r := range roots {
 		for _, p := range []struct{ rel, why string }{
-			{".git", "builtin: the .git entry"}, {".git/hooks", "builtin: .git/hooks"},
-			{".git/config", "builtin: .git/config"}, {".moat", "builtin: the .moat entry"},
-			{ProjectPath, "builtin: policy file"},
+			{".git", "builtin: .git (git reads configuration and programs from it)"},
+			{".moat", "builtin: the .moat entry"}, {ProjectPath, "builtin: policy file"},
 		} {
-			entry := path.Base(p.rel) == ".git" || path.Base(p.rel) == ".moat"
+			entry := path.Base(p.rel) == ".moat"
 			top := entryOf(below(r, p.rel), Deny, p.why)
 			top.EntryOnly = entry
 			deep := entryOf(below(r, "**", p.rel), Deny, p.why+" at any depth")
@@ -185,10 +184,6 @@ func (e *Effective) Roots() Roots {
 		for _, rc := range ShellRCFiles {
 			ro.ReadOnly = append(ro.ReadOnly, lit(path.Join(r, rc), Deny, "builtin: shell rc file"))
 			ro.ReadOnly = append(ro.ReadOnly, entryOf(below(r, "**", rc), Deny, "builtin: shell rc file at any depth"))
-		}
-		for _, n := range []string{"hooks", "config", "config.worktree"} {
-			ro.ReadOnly = append(ro.ReadOnly, entryOf(below(r, "**", ".git", "**", n), Deny,
-				"builtin: git "+n+" below .git (modules, worktrees)"))
 		}
 		for _, s := range e.srcs {
 			for p := s; ; p = path.Dir(p) {
@@ -259,7 +254,7 @@ func (e *Effective) Explain(reqs ...Request) *Explanation {
 		x.Decisions = append(x.Decisions, e.Decide(r))
 	}
 	x.Protected = []string{
-		".git (the entry), .git/hooks and .git/config (also config.worktree, and hooks/config below .git, e.g. in .git/modules) at any depth: read-only",
+		".git at any depth, whole (config, hooks, commondir, info, objects/info/alternates, modules, worktrees, the index), the git directory a .git file names, and the directories of submodules that have no .git yet: read-only; git inside reads the repository, commits are made on the host",
 		".moat (the entry) and .moat/policy.toml at any depth: read-only",
 		"shell rc files at any depth: " + strings.Join(ShellRCFiles, ", ") + ": read-only",
 		"the policy files " + strings.Join(e.srcs, ", ") + ": read-only, and their parent directories cannot be renamed or removed",

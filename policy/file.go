@@ -156,7 +156,7 @@ func Parse(layer Layer, name string, data []byte) (*File, error) {
 		switch e.Kind {
 		case unstable.Table, unstable.ArrayTable:
 			key, off := nodeKey(e)
-			add(off, "", "unknown table [%s]: a policy file has only the keys version, profile, open_network, allow, ask and deny", key)
+			add(off, "", "unknown table [%s]: a policy file has only the keys version, profile, open_network, allow, ask and deny", clip(key, maxShown))
 			inTable = true
 		case unstable.KeyValue:
 			if inTable {
@@ -164,7 +164,7 @@ func Parse(layer Layer, name string, data []byte) (*File, error) {
 			}
 			key, off := nodeKey(e)
 			if first, dup := seen[key]; dup {
-				add(off, "", "key %s defined twice (first on line %d)", key, first)
+				add(off, "", "key %s defined twice (first on line %d)", clip(key, maxShown), first)
 				continue
 			}
 			line, _ := position(data, off)
@@ -184,7 +184,7 @@ func Parse(layer Layer, name string, data []byte) (*File, error) {
 				n, err := strconv.ParseInt(strings.ReplaceAll(string(v.Data), "_", ""), 0, 64)
 				switch {
 				case err != nil:
-					add(voff, key, "bad integer %s", v.Data)
+					add(voff, key, "bad integer %s", quote(string(v.Data)))
 				case n > Version:
 					add(voff, key, "version %d is newer than this moat understands (version %d): upgrade moat", n, Version)
 				case n != Version:
@@ -201,7 +201,7 @@ func Parse(layer Layer, name string, data []byte) (*File, error) {
 				case Untrusted, Trusted:
 					f.Profile = s
 				default:
-					add(voff, key, `unknown profile %q (want "untrusted" or "trusted")`, s)
+					add(voff, key, `unknown profile %s (want "untrusted" or "trusted")`, quote(string(s)))
 				}
 			case "open_network":
 				if v.Kind != unstable.Bool {
@@ -228,7 +228,7 @@ func Parse(layer Layer, name string, data []byte) (*File, error) {
 					}
 					r, err := ParseRule(effectKeys[key], string(n.Data))
 					if err != nil {
-						add(noff, key, "%s", err.Error())
+						add(noff, key, "%s", clip(err.Error(), maxMessage))
 						idx++
 						continue
 					}
@@ -238,7 +238,7 @@ func Parse(layer Layer, name string, data []byte) (*File, error) {
 					idx++
 				}
 			default:
-				add(off, "", "unknown key %q (a policy file has only version, profile, open_network, allow, ask and deny)", key)
+				add(off, "", "unknown key %s (a policy file has only version, profile, open_network, allow, ask and deny)", quote(key))
 			}
 		}
 	}
@@ -248,7 +248,7 @@ func Parse(layer Layer, name string, data []byte) (*File, error) {
 		if errors.As(err, &pe) {
 			off = highlightOffset(data, pe.Highlight)
 		}
-		add(off, "", "%s", err.Error())
+		add(off, "", "%s", clip(err.Error(), maxMessage))
 		return nil, errs
 	}
 	if len(errs) == 0 {
@@ -259,9 +259,9 @@ func Parse(layer Layer, name string, data []byte) (*File, error) {
 			var de *toml.DecodeError
 			if errors.As(err, &de) {
 				row, col := de.Position()
-				errs = append(errs, &ParseError{Layer: layer, File: name, Line: row, Column: col, Msg: de.Error()})
+				errs = append(errs, &ParseError{Layer: layer, File: name, Line: row, Column: col, Msg: clip(de.Error(), maxMessage)})
 			} else {
-				add(0, "", "%s", err.Error())
+				add(0, "", "%s", clip(err.Error(), maxMessage))
 			}
 		}
 	}
@@ -273,6 +273,55 @@ func Parse(layer Layer, name string, data []byte) (*File, error) {
 	}
 	sortRules(f.Rules)
 	return f, nil
+}
+
+// What errors show of a file's content: names and values from the file
+// (which may be a workspace's, written by a sandbox) are escaped (no
+// control or invisible character reaches a terminal or a log) and cut,
+// keys and values at maxShown bytes, whole messages at maxMessage.
+const (
+	maxShown   = 40
+	maxMessage = 300
+)
+
+// quote is a name or value from a file as errors show it: Go-quoted and
+// cut at maxShown bytes.
+func quote(s string) string {
+	if len(s) <= maxShown {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(cutUTF8(s, maxShown)) + fmt.Sprintf("…(%d bytes)", len(s))
+}
+
+// clip escapes what strconv.IsPrint does not accept (and backslashes
+// before such escapes stay unambiguous enough for a message) and cuts s
+// at max bytes.
+func clip(s string, max int) string {
+	var b strings.Builder
+	for _, r := range s {
+		if b.Len() >= max {
+			fmt.Fprintf(&b, "…(%d bytes)", len(s))
+			break
+		}
+		if r == utf8.RuneError || !strconv.IsPrint(r) {
+			q := strconv.QuoteRuneToASCII(r)
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// cutUTF8 cuts s at most max bytes without splitting a character.
+func cutUTF8(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	for max > 0 && !utf8.RuneStart(s[max]) {
+		max--
+	}
+	return s[:max]
 }
 
 func sortRules(rs []*Rule) {

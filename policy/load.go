@@ -3,8 +3,6 @@ package policy
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"os"
 	"path"
 	"strings"
@@ -67,8 +65,10 @@ func displayName(c Context, l Layer, p string) string {
 }
 
 // LoadFile reads and parses one policy file. A missing file is (nil, nil).
+// A project file is read without following symlinks; every file must be
+// a regular file of at most MaxFileSize bytes (see ReadFile).
 func LoadFile(c Context, layer Layer, p string) (*File, error) {
-	data, err := readPolicy(p)
+	data, err := readPolicy(c, layer, p)
 	if err != nil || data == nil {
 		return nil, err
 	}
@@ -78,37 +78,6 @@ func LoadFile(c Context, layer Layer, p string) (*File, error) {
 	}
 	f.Path = p
 	return f, nil
-}
-
-// readPolicy reads a policy file: nil data for a missing file, an error
-// for anything unreadable.
-func readPolicy(p string) ([]byte, error) {
-	if !path.IsAbs(p) {
-		return nil, fmt.Errorf("policy: %s: not an absolute path", p)
-	}
-	f, err := os.Open(p)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("policy: %w", err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("policy: %s: not a regular file", p)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
-	}
-	if data == nil {
-		data = []byte{}
-	}
-	return data, nil
 }
 
 // LoadFiles reads the layers' files; missing files are skipped. All errors

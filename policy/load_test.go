@@ -67,14 +67,14 @@ func TestResolveSymlinks(t *testing.T) {
 		{ReadPath(ws + "/rootlink" + home + "/docs/a"), Deny, "profile untrusted", home + "/docs/a"},
 		{WritePath(ws + "/.bashrc"), Deny, "shell rc", ""},
 		{ReadPath(ws + "/.bashrc"), Allow, "default", ""},
-		{WritePath(ws + "/innocent"), Deny, ".git/hooks", ""},
+		{WritePath(ws + "/innocent"), Deny, ".git is read-only", ""},
 		{ReadPath(ws + "/loop1"), Deny, "invalid request", "too many levels"},
 		{WritePath(ws + "/out/x"), Deny, "profile untrusted: writes only the workspace", root + "/other/x"},
 		{WritePath(ws + "/srclink/new.go"), Allow, "default", ""},
 		{WritePath(ws + "/newdir/deeper/file"), Allow, "default", ""},
 		{WritePath(ws + "/newdir/../src/../../other/x"), Deny, "profile untrusted", ""},
 		{WritePath(root + "/wslink/src/a.go"), Allow, "default", ""},
-		{WritePath(root + "/wslink/.git/hooks/x"), Deny, ".git/hooks", ""},
+		{WritePath(root + "/wslink/.git/hooks/x"), Deny, ".git is read-only", ""},
 	})
 	// A workspace given through a symlink is resolved once.
 	c2 := c
@@ -257,8 +257,8 @@ func TestRootsAndExplain(t *testing.T) {
 		{"deny sqlite", r.DenyRead, "**/*.sqlite", false},
 		{"ask mail", r.DenyRead, "/home/u/mail/**", true},
 		{"deny proc", r.DenyRead, "/proc", true},
-		{"ro hooks", r.ReadOnly, "/ws/.git/hooks", true},
-		{"ro hooks any", r.ReadOnly, "/ws/**/.git/hooks", false},
+		{"ro .git", r.ReadOnly, "/ws/.git", true},
+		{"ro .git any", r.ReadOnly, "/ws/**/.git", false},
 		{"ro bashrc home", r.ReadOnly, "/home/u/.cache/.bashrc", true},
 		{"ro policy", r.ReadOnly, "/ws/.moat/policy.toml", true},
 		{"ro secret", r.ReadOnly, "/home/u/.cache/secret", true},

@@ -171,7 +171,7 @@ ask = ["Exec(git push*)",
 		{"version = 1\nallow = [\"Read(a//b)\", \"Net(x)\"]\n", "x:2: allow: Read(a//b): empty path segment (//)\nuser x:2: allow: Net(x): want domain:"},
 		{"version = 1 2\n", "x:1:"},
 		{"version = 1\n\xff = 1\n", "x:2:1: not valid UTF-8"},
-		{"version = 1\nallow = [ '''Exec(\nx)''' ]\n", "x:2: allow: Exec(\nx): control character"},
+		{"version = 1\nallow = [ '''Exec(\nx)''' ]\n", `x:2: allow: Exec(\nx): control character`},
 	}
 	for _, c := range cases {
 		_, err := Parse(User, "x", []byte(c.src))

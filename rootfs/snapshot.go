@@ -39,9 +39,14 @@ type Snapshot struct {
 	Sandbox string    `json:"sandbox,omitempty"`
 	Tenant  string    `json:"tenant,omitempty"`
 	Created time.Time `json:"created"`
-	// Bytes, Entries and Whiteouts describe this snapshot's own layer;
-	// Depth counts the snapshot layers of the chain, this one included.
+	// Bytes, Entries and Whiteouts describe this snapshot's own layer
+	// (Bytes: the apparent size of its files, holes of sparse files
+	// included); DiskBytes is what the layer costs in the store (its
+	// allocated blocks, see fstree.Stats), which counts against its
+	// tenant's quota. Depth counts the snapshot layers of the chain, this
+	// one included.
 	Bytes     int64 `json:"bytes"`
+	DiskBytes int64 `json:"disk_bytes"`
 	Entries   int   `json:"entries"`
 	Whiteouts int   `json:"whiteouts"`
 	Depth     int   `json:"depth"`
@@ -87,6 +92,16 @@ func NewLineage(t *Template, sn *Snapshot) *Lineage {
 	return &Lineage{Template: t.Name, TemplateLayer: t.Layer}
 }
 
+// Cost is what the snapshot costs in the store, as its tenant's quota
+// counts it: DiskBytes, or Bytes for a snapshot stored before DiskBytes
+// was recorded.
+func (sn *Snapshot) Cost() int64 {
+	if sn.DiskBytes == 0 {
+		return sn.Bytes
+	}
+	return sn.DiskBytes
+}
+
 // CaptureInfo describes a capture for its metadata.
 type CaptureInfo struct {
 	Sandbox, Tenant string
@@ -94,6 +109,57 @@ type CaptureInfo struct {
 	Processes string
 	// Limits bound what the capture may write (zero: fstree's defaults).
 	Limits fstree.Limits
+	// Quota caps what the tenant's snapshots together cost in the store
+	// (Snapshot.Cost); 0 means no quota. A capture that would pass it
+	// fails with ErrQuota and stores nothing.
+	Quota int64
+}
+
+// TenantUsage is what the snapshots of tenant cost in the store together
+// (the sum of their Cost), as a capture's Quota counts it.
+func (s *Store) TenantUsage(tenant string) (int64, error) {
+	all, err := s.Snapshots()
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, sn := range all {
+		if sn.Tenant == tenant {
+			n += sn.Cost()
+		}
+	}
+	return n, nil
+}
+
+// quotaError is the ErrQuota of a capture by tenant, whose snapshots use
+// used of quota, that needs need more (0: unknown, the quota is used up;
+// partial: it was stopped before its end, need is what was left).
+func quotaError(tenant string, used, quota, need int64, partial bool) error {
+	what := "its quota is used up"
+	if need > 0 {
+		what = fmt.Sprintf("this snapshot needs %s more", sizeString(need))
+		if partial {
+			what = fmt.Sprintf("this snapshot needs more than the %s left", sizeString(need))
+		}
+	}
+	return fmt.Errorf("tenant %q: snapshot store quota: its snapshots use %s of %s and %s; delete snapshots to free space: %w",
+		tenant, sizeString(used), sizeString(quota), what, ErrQuota)
+}
+
+// sizeString writes a byte count for a person: "12345 bytes (12.1 KiB)".
+func sizeString(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d bytes", n)
+	}
+	v, suffix := float64(n), ""
+	for _, s := range []string{"KiB", "MiB", "GiB", "TiB"} {
+		if v < unit {
+			break
+		}
+		v, suffix = v/unit, s
+	}
+	return fmt.Sprintf("%d bytes (%.1f %s)", n, v, suffix)
 }
 
 // Capture pauses the sandbox c, copies what changed in its upper layer
@@ -110,11 +176,28 @@ func (s *Store) Capture(ctx context.Context, c sandbox.Capturer, l *Lineage, inf
 		}
 		parent = p
 	}
+	// The quota, before anything is paused or copied (checked again
+	// while copying, and under the store lock at the end).
+	limits := info.Limits
+	var used int64
+	if info.Quota > 0 {
+		u, err := s.TenantUsage(info.Tenant)
+		if err != nil {
+			return nil, err
+		}
+		used = u
+		if used >= info.Quota {
+			return nil, quotaError(info.Tenant, used, info.Quota, 0, false)
+		}
+		if left := info.Quota - used; limits.MaxDiskBytes <= 0 || left < limits.MaxDiskBytes {
+			limits.MaxDiskBytes = left
+		}
+	}
 	w, err := s.newWork("snap")
 	if err != nil {
 		return nil, err
 	}
-	defer w.done()
+	defer w.done() // a refused or failed capture leaves nothing behind
 	tree := filepath.Join(w.dir, "root")
 	if err := os.Mkdir(tree, 0o755); err != nil {
 		return nil, err
@@ -130,7 +213,7 @@ func (s *Store) Capture(ctx context.Context, c sandbox.Capturer, l *Lineage, inf
 		captured = time.Now().UTC()
 		seen = map[string]fileID{}
 		opt := fstree.Options{
-			Limits:  info.Limits,
+			Limits:  limits,
 			Overlay: true,
 			MapID:   shiftIDs(idBase),
 			Seen:    func(rel string, st *unix.Stat_t) { seen[rel] = idOf(st) },
@@ -150,6 +233,9 @@ func (s *Store) Capture(ctx context.Context, c sandbox.Capturer, l *Lineage, inf
 		return err
 	})
 	if err != nil {
+		if info.Quota > 0 && errors.Is(err, fstree.ErrDiskLimit) && limits.MaxDiskBytes == info.Quota-used {
+			return nil, quotaError(info.Tenant, used, info.Quota, limits.MaxDiskBytes, true)
+		}
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
 	parentDigest := ""
@@ -161,7 +247,7 @@ func (s *Store) Capture(ctx context.Context, c sandbox.Capturer, l *Lineage, inf
 	sn := &Snapshot{
 		ID: "snap-" + hex.EncodeToString(sum[:])[:20], Digest: digest, Parent: l.Parent,
 		Template: l.Template, TemplateLayer: l.TemplateLayer, Layer: digest, Sandbox: info.Sandbox, Tenant: info.Tenant,
-		Created: captured, Bytes: st.Bytes, Entries: st.Entries, Whiteouts: nWhiteo, Depth: l.depth + 1,
+		Created: captured, Bytes: st.Bytes, DiskBytes: st.DiskBytes, Entries: st.Entries, Whiteouts: nWhiteo, Depth: l.depth + 1,
 		Processes: info.Processes,
 	}
 	unlock, err := s.lock()
@@ -172,6 +258,17 @@ func (s *Store) Capture(ctx context.Context, c sandbox.Capturer, l *Lineage, inf
 	if old, err := s.Snapshot(sn.ID); err == nil {
 		sn = old // the same content on the same parent: one snapshot
 	} else {
+		if info.Quota > 0 {
+			// Exact, and atomic with the commit: other captures of the
+			// tenant may have ended meanwhile.
+			used, err := s.TenantUsage(info.Tenant)
+			if err != nil {
+				return nil, err
+			}
+			if sn.Cost() > info.Quota-used {
+				return nil, quotaError(info.Tenant, used, info.Quota, sn.Cost(), false)
+			}
+		}
 		if err := s.commitLayer(tree, sn.Layer); err != nil {
 			return nil, err
 		}

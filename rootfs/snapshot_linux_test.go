@@ -240,3 +240,67 @@ func TestCaptureAfterShutdown(t *testing.T) {
 		t.Fatalf("capture left work behind: %v", ents)
 	}
 }
+
+// TestCaptureQuota: Capture counts the tenant's snapshots by what they
+// allocate. A tenant over its quota (an operator lowered it) is refused
+// before anything is copied; one whose capture would pass it is refused
+// while copying; both with ErrQuota and nothing left in the store; other
+// tenants are not counted.
+func TestCaptureQuota(t *testing.T) {
+	e := newEnv(t)
+	tmpl := hostTemplate(e)
+	sb := e.create(e.st.Root(tmpl))
+	l := rootfs.NewLineage(tmpl, nil)
+	sh(t, sb, `head -c 1M /dev/urandom > /workspace/a && truncate -s 1G /workspace/holes`)
+	info := rootfs.CaptureInfo{Sandbox: sb.ID(), Tenant: "t", Quota: 2 << 20}
+	s1, err := e.st.Capture(context.Background(), sb.(sandbox.Capturer), l, info)
+	if err != nil {
+		t.Fatalf("1 MiB of data and 1 GiB of holes under a 2 MiB quota: %v", err)
+	}
+	used, err := e.st.TenantUsage("t")
+	if err != nil || used != s1.DiskBytes || used < 1<<20 || used > 2<<20 || s1.Bytes < 1<<30 {
+		t.Fatalf("usage %d (%v); snapshot %+v", used, err, s1)
+	}
+	if other, _ := e.st.TenantUsage("u"); other != 0 {
+		t.Fatalf("tenant u uses %d", other)
+	}
+	listStore := func() []string {
+		var out []string
+		for _, sub := range []string{"layers", "snapshots", "tmp"} {
+			ents, _ := os.ReadDir(filepath.Join(e.st.Dir(), sub))
+			for _, en := range ents {
+				out = append(out, sub+"/"+en.Name())
+			}
+		}
+		return out
+	}
+	before := listStore()
+	sh(t, sb, `head -c 2M /dev/urandom > /workspace/b`)
+	for _, c := range []struct {
+		name  string
+		quota int64
+		want  string
+	}{{"over", 2 << 20, "needs more than the"}, {"used up", used, "quota is used up"}} {
+		info.Quota = c.quota
+		_, err := e.st.Capture(context.Background(), sb.(sandbox.Capturer), l, info)
+		if !errors.Is(err, rootfs.ErrQuota) || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("%s: %v, want ErrQuota saying %q", c.name, err, c.want)
+		}
+		if after := listStore(); strings.Join(after, " ") != strings.Join(before, " ") {
+			t.Fatalf("%s: the store holds %v, was %v", c.name, after, before)
+		}
+	}
+	// The lineage did not move: with room, the next capture is the diff
+	// since s1.
+	info.Quota = 8 << 20
+	s2, err := e.st.Capture(context.Background(), sb.(sandbox.Capturer), l, info)
+	if err != nil || s2.Parent != s1.ID {
+		t.Fatalf("with room: %+v %v", s2, err)
+	}
+	if err := e.st.RemoveSnapshot(s2.ID); err != nil {
+		t.Fatal(err)
+	}
+	if now, _ := e.st.TenantUsage("t"); now != used {
+		t.Fatalf("usage after removing s2: %d, want %d", now, used)
+	}
+}

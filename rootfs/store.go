@@ -46,6 +46,9 @@ var (
 	ErrInUse = errors.New("in use")
 	// ErrInvalid: a bad name, source or request.
 	ErrInvalid = errors.New("invalid")
+	// ErrQuota: a snapshot would take its tenant's snapshots past their
+	// store quota (CaptureInfo.Quota).
+	ErrQuota = errors.New("snapshot store quota exceeded")
 )
 
 // Store is a layer store on disk. Its methods are safe for concurrent use,

@@ -62,7 +62,8 @@ const (
 	// Pin binds the path onto itself keeping its writability: the entry
 	// cannot be renamed, removed or replaced (a mount point is busy), what
 	// is below it stays as writable as before. It keeps a protected child
-	// (.git/hooks under .git) from being moved away with its parent.
+	// (a submodule's read-only directory) from being moved away with its
+	// parent.
 	Pin RestrictMode = "pin"
 )
 

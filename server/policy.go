@@ -88,13 +88,8 @@ func parseRules(c *policy.CallRules, name string) (*policy.File, error) {
 // netDeny are deny rules from the create's network.deny_domains; its
 // allow_domains become the policy's caller allowlist.
 func (s *Service) loadPolicy(req *api.CreateSandbox, spec *sandbox.Spec, netDeny []string) (*sandboxPolicy, *sandbox.Spec, error) {
-	if spec.Workspace != "" && !path.IsAbs(spec.Workspace) {
-		return nil, nil, api.Errorf(api.CodeInvalidArgument, "workspace %q is not an absolute path", spec.Workspace)
-	}
-	for _, b := range spec.Binds {
-		if !path.IsAbs(b.Source) {
-			return nil, nil, api.Errorf(api.CodeInvalidArgument, "bind source %q is not an absolute path", b.Source)
-		}
+	if err := spec.Validate(); err != nil {
+		return nil, nil, err
 	}
 	callRules := req.Policy
 	if len(netDeny) > 0 {
@@ -120,8 +115,10 @@ func (s *Service) loadPolicy(req *api.CreateSandbox, spec *sandbox.Spec, netDeny
 	w, err := policy.NewWatcher(pc, src)
 	if err != nil {
 		if src.Project != "" {
+			// The caller's own file: its error alone (not the daemon's
+			// files'), read again without following a link or blocking.
 			if _, perr := policy.LoadFile(pc, policy.Project, src.Project); perr != nil {
-				return nil, nil, api.Errorf(api.CodeInvalidArgument, "the workspace's policy file is invalid: %v", err)
+				return nil, nil, api.Errorf(api.CodeInvalidArgument, "the workspace's policy file is invalid: %v", perr)
 			}
 		}
 		if errors.Is(err, policy.ErrInvalid) {
@@ -203,7 +200,7 @@ func (s *Service) judge(ctx context.Context, c Caller, m *managed, vs *[]verdict
 	}
 	d := eff.Decide(req)
 	s.metrics.decisions.Inc(d.Effect.String())
-	v := verdict{Request: requestText(d), Decided: d.Effect.String(), Effect: d.Effect.String(), Reason: d.Reason}
+	v := verdict{Request: auditText(requestText(d)), Decided: d.Effect.String(), Effect: d.Effect.String(), Reason: d.Reason}
 	if d.Rule != nil {
 		v.Rule, v.Source = d.Rule.String(), d.Rule.Source()
 	}

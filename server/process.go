@@ -85,7 +85,14 @@ func processOf(req *api.Exec, maxTimeout time.Duration) (*sandbox.Process, error
 	if req.OutputLimit < 0 {
 		return nil, api.Errorf(api.CodeInvalidArgument, "output_limit must not be negative")
 	}
-	return &sandbox.Process{Args: req.Args, Env: req.Env, Cwd: req.Cwd, Timeout: timeout, OutputLimit: req.OutputLimit}, nil
+	p := &sandbox.Process{Args: req.Args, Env: req.Env, Cwd: req.Cwd, Timeout: timeout, OutputLimit: req.OutputLimit}
+	// The runtime's own checks, before the policy and the sandbox are
+	// involved: argv and environment over sandbox.MaxArgvEnv are
+	// too_large (413) for exec and start alike.
+	if err := p.Validate(); err != nil {
+		return nil, apiError(err)
+	}
+	return p, nil
 }
 
 // requestSummary is what the audit keeps of an exec: the command, not the
@@ -96,17 +103,64 @@ func requestSummary(req *api.Exec) map[string]any {
 		k, _, _ := strings.Cut(kv, "=")
 		keys = append(keys, k)
 	}
-	sum := map[string]any{"args": req.Args}
+	args, cut := auditStrings(req.Args, maxAuditArgs)
+	sum := map[string]any{"args": args}
+	if cut {
+		sum["args_truncated"] = true
+	}
 	if len(keys) > 0 {
+		keys, cut = auditStrings(keys, maxAuditArgs/4)
 		sum["env_keys"] = keys
+		if cut {
+			sum["env_keys_truncated"] = true
+		}
 	}
 	if req.Cwd != "" {
-		sum["cwd"] = req.Cwd
+		cwd, _ := auditStrings([]string{req.Cwd}, sandbox.MaxPathBytes)
+		sum["cwd"] = cwd[0]
 	}
 	if req.TimeoutMs != 0 {
 		sum["timeout_ms"] = req.TimeoutMs
 	}
 	return sum
+}
+
+// maxAuditArgs bounds the bytes of argv an audit event keeps, so that an
+// event stays well within audit.MaxEventBytes even when every byte is
+// escaped in JSON (six bytes for one): a larger request is kept cut.
+const maxAuditArgs = 64 << 10
+
+// auditStrings keeps list up to max bytes: a string past the budget is
+// cut (with a marker of its length), the rest dropped with a count.
+func auditStrings(list []string, max int) ([]string, bool) {
+	n := 0
+	for _, s := range list {
+		n += len(s)
+	}
+	if n <= max {
+		return list, false
+	}
+	out := make([]string, 0, min(len(list), 64))
+	left := max
+	for i, s := range list {
+		if left <= 0 {
+			out = append(out, fmt.Sprintf("…(%d more, %d bytes in all)", len(list)-i, n))
+			break
+		}
+		if len(s) > left {
+			s = strings.ToValidUTF8(s[:left], "") + fmt.Sprintf("…(%d bytes)", len(s))
+		}
+		left -= len(s)
+		out = append(out, s)
+	}
+	return out, true
+}
+
+// auditText is a request's text as the audit keeps it: at most
+// maxAuditArgs bytes.
+func auditText(s string) string {
+	out, _ := auditStrings([]string{s}, maxAuditArgs)
+	return out[0]
 }
 
 func resultSummary(r *sandbox.Result) map[string]any {

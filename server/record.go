@@ -77,7 +77,7 @@ func (s *Service) slow(what string, start time.Time) {
 // caller may not do, "" for failures.
 func decisionOf(err error) string {
 	switch apiError(err).(*api.Error).Code {
-	case api.CodePermissionDenied, api.CodePolicyDenied, api.CodeTooMany, api.CodeUnauthenticated:
+	case api.CodePermissionDenied, api.CodePolicyDenied, api.CodeTooMany, api.CodeUnauthenticated, api.CodeStorage:
 		return audit.DecisionDeny
 	}
 	return ""

@@ -33,6 +33,8 @@ func rootfsError(err error) error {
 		return api.Errorf(api.CodeConflict, "%v", err)
 	case errors.Is(err, rootfs.ErrInvalid):
 		return api.Errorf(api.CodeInvalidArgument, "%v", err)
+	case errors.Is(err, rootfs.ErrQuota): // before ErrLimit, which it may wrap
+		return api.Errorf(api.CodeStorage, "%v", err)
 	case errors.Is(err, fstree.ErrLimit):
 		return api.Errorf(api.CodeTooLarge, "%v", err)
 	case errors.Is(err, sandbox.ErrNoFreezer):
@@ -94,7 +96,7 @@ func (s *Service) tenantSnapshot(c Caller, id string) (*rootfs.Snapshot, error) 
 
 func apiSnapshot(sn *rootfs.Snapshot) api.Snapshot {
 	return api.Snapshot{ID: sn.ID, Parent: sn.Parent, Template: sn.Template, Sandbox: sn.Sandbox, Created: sn.Created,
-		Bytes: sn.Bytes, Entries: sn.Entries, Whiteouts: sn.Whiteouts, Depth: sn.Depth, Processes: sn.Processes}
+		Bytes: sn.Bytes, DiskBytes: sn.DiskBytes, Entries: sn.Entries, Whiteouts: sn.Whiteouts, Depth: sn.Depth, Processes: sn.Processes}
 }
 
 func (s *Service) listTemplates(ctx context.Context, c Caller, in *input) (any, error) {
@@ -141,8 +143,11 @@ func (s *Service) createSnapshot(ctx context.Context, c Caller, in *input) (any,
 	defer m.rootMu.Unlock()
 	start := time.Now()
 	sn, err := s.cfg.Layers.Capture(ctx, capt, m.lineage, rootfs.CaptureInfo{
-		Sandbox: m.info.ID, Tenant: m.tenant, Processes: s.processState(ctx)})
+		Sandbox: m.info.ID, Tenant: m.tenant, Processes: s.processState(ctx), Quota: s.cfg.SnapshotQuota})
 	if err != nil {
+		if errors.Is(err, rootfs.ErrQuota) {
+			s.metrics.denied("snapshot_quota")
+		}
 		return nil, rootfsError(err)
 	}
 	out := apiSnapshot(sn)
@@ -179,9 +184,11 @@ func (s *Service) listSnapshots(ctx context.Context, c Caller, in *input) (any, 
 	if err != nil {
 		return nil, err
 	}
+	out.StoreQuota = s.cfg.SnapshotQuota
 	for _, sn := range all {
 		if sn.Tenant == c.Tenant {
 			out.Snapshots = append(out.Snapshots, apiSnapshot(sn))
+			out.StoreBytes += sn.Cost() // as the quota counts (see rootfs.Store.TenantUsage)
 		}
 	}
 	return &out, nil

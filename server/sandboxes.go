@@ -160,6 +160,11 @@ func (s *Service) doCreate(ctx context.Context, c Caller, req *api.CreateSandbox
 		s.metrics.denied("host_paths")
 		return nil, api.Errorf(api.CodePermissionDenied, "this server does not bind host paths (workspace, binds); use the file and archive operations")
 	}
+	// The paths are checked before a quota slot is taken (named checks,
+	// sandbox.Spec.Validate: absolute, clean, bounded, no system tree).
+	if err := (&sandbox.Spec{Workspace: req.Workspace, Binds: req.Binds}).Validate(); err != nil {
+		return nil, err
+	}
 	timeout, err := durationField("timeout_ms", req.TimeoutMs, s.cfg.DefaultTimeout, s.cfg.MaxTimeout)
 	if err != nil {
 		return nil, err

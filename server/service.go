@@ -45,6 +45,9 @@ const (
 	DefaultPruneInterval = time.Second
 	DefaultPruneBatch    = 8
 	DefaultKeepStopped   = 24 * time.Hour
+	// DefaultSnapshotQuota is a tenant's snapshot store quota: ten
+	// snapshots of a sandbox's whole default disk (1 GiB).
+	DefaultSnapshotQuota = 10 << 30
 	// MaxJSONBody caps a JSON request body.
 	MaxJSONBody = 1 << 20
 	// maxStdinPending caps stdin written to a process but not yet read.
@@ -83,6 +86,10 @@ type Config struct {
 	// Layers is the template and snapshot store; nil serves the host
 	// template only, without snapshots.
 	Layers *rootfs.Store
+	// SnapshotQuota caps what one tenant's snapshots cost in Layers
+	// together (allocated bytes, see rootfs.Snapshot.Cost); default
+	// DefaultSnapshotQuota.
+	SnapshotQuota int64
 	// Pools are the warm pools to keep filled (they need Layers for any
 	// template but host).
 	Pools []PoolConfig
@@ -172,6 +179,9 @@ func New(cfg Config) (*Service, error) {
 	defInt(&cfg.PruneBatch, DefaultPruneBatch)
 	if cfg.MaxFileBytes <= 0 {
 		cfg.MaxFileBytes = DefaultMaxFileBytes
+	}
+	if cfg.SnapshotQuota <= 0 {
+		cfg.SnapshotQuota = DefaultSnapshotQuota
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -407,6 +417,8 @@ func apiError(err error) error {
 		return ae
 	case errors.As(err, &fe):
 		return &api.Error{Code: api.CodeFile, Errno: fe.Code, Message: fe.Error()}
+	case errors.Is(err, sandbox.ErrInvalidSpec) && errors.Is(err, sandbox.ErrTooBig):
+		return &api.Error{Code: api.CodeTooLarge, Message: err.Error()}
 	case errors.Is(err, sandbox.ErrInvalidSpec):
 		return &api.Error{Code: api.CodeInvalidArgument, Message: err.Error()}
 	case errors.Is(err, sandbox.ErrClosed):

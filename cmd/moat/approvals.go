@@ -15,6 +15,7 @@ import (
 
 	"github.com/moat-sandbox/moat/api"
 	"github.com/moat-sandbox/moat/client"
+	"github.com/moat-sandbox/moat/display"
 )
 
 const approvalsLong = `List, follow and answer the approvals of a running moat daemon ('moat
@@ -97,7 +98,7 @@ func runApprovals(ctx context.Context, args []string, sio sandboxIO) error {
 	err := sub.run(ctx, fl.Args())
 	switch client.Code(err) {
 	case api.CodeNotFound, api.CodeConflict:
-		fmt.Fprintf(sio.stderr, "moat approvals %s: %v\n", sub.name, err)
+		fmt.Fprintf(sio.stderr, "moat approvals %s: %s\n", sub.name, display.String(err.Error()))
 		return &exitError{code: 1}
 	}
 	return err
@@ -222,7 +223,9 @@ JSON object per line with --json).`,
 	}
 }
 
-// approvalRow is one approval in the table of ls.
+// approvalRow is one approval in the table of ls. Each field is escaped
+// (display.String): the request, the rule and its source come from the
+// sandbox, and a tab or newline in them would also break the table.
 func approvalRow(now time.Time, a api.Approval) string {
 	state := a.State
 	switch {
@@ -233,16 +236,18 @@ func approvalRow(now time.Time, a api.Approval) string {
 	case a.AnsweredBy != "":
 		state += " by " + a.AnsweredBy
 	}
-	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s (%s)", a.ID, a.Sandbox, state, ago(now, a.CreatedAt), a.Request, a.Rule, a.Source)
+	d := display.String
+	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s (%s)", d(a.ID), d(a.Sandbox), d(state), ago(now, a.CreatedAt), d(a.Request), d(a.Rule), d(a.Source))
 }
 
-// printJSONLine writes v as one line of JSON.
+// printJSONLine writes v as one line of JSON (with no raw invisible
+// character: display.JSON).
 func printJSONLine(w io.Writer, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	_, err = w.Write(append(b, '\n'))
+	_, err = w.Write(append(display.JSON(b), '\n'))
 	return err
 }
 
@@ -294,7 +299,8 @@ path, same deciding rule) run without asking, for the sandbox's life.`
 			if a.Scope != "" {
 				what += " (" + a.Scope + ")"
 			}
-			_, err = fmt.Fprintf(sio.stdout, "%s %s: %s in %s\n", a.ID, what, a.Request, a.Sandbox)
+			d := display.String
+			_, err = fmt.Fprintf(sio.stdout, "%s %s: %s in %s\n", d(a.ID), d(what), d(a.Request), d(a.Sandbox))
 			return err
 		})
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 
+	"github.com/moat-sandbox/moat/display"
 	"github.com/moat-sandbox/moat/runtime/linux"
 	"github.com/moat-sandbox/moat/sandbox"
 )
@@ -124,7 +125,7 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "%s\n\nUsage:\n  moat %s %s\n\nFlags:\n%s", strings.TrimSpace(cmd.long), cmd.name, cmd.usage, fs.FlagUsages())
 			return 0
 		}
-		fmt.Fprintf(stderr, "moat %s: %v (see 'moat %s --help')\n", cmd.name, err, cmd.name)
+		fmt.Fprintf(stderr, "moat %s: %s (see 'moat %s --help')\n", cmd.name, display.String(err.Error()), cmd.name)
 		return sandbox.ExitSetupFailed
 	}
 	err := cmd.run(ctx, fs.Args())
@@ -135,6 +136,7 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if errors.As(err, &ee) {
 		return ee.code
 	}
-	fmt.Fprintf(stderr, "moat %s: %v\n", cmd.name, err)
+	// An error can carry what a sandbox chose (a path, a daemon's message).
+	fmt.Fprintf(stderr, "moat %s: %s\n", cmd.name, display.String(err.Error()))
 	return sandbox.ExitSetupFailed
 }

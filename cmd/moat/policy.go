@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/moat-sandbox/moat/display"
 	"github.com/moat-sandbox/moat/enforce"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/sandbox"
@@ -40,7 +40,7 @@ ask, then allow; a lower layer can only narrow. The effective profile is the
 strictest one declared (untrusted when none is): untrusted reads the
 workspace and the system directories and writes the workspace; trusted reads
 the host but credentials and writes the workspace and the targets of allow
-Write rules. .git/hooks, .git/config, shell rc files and policy files stay
+Write rules. Every .git (whole), shell rc files and policy files stay
 read-only whatever the rules say. moat run (and moat serve) decide every
 command with this policy and compile it into the sandbox: explain ends with
 what a sandbox of the workspace gets from the kernel (binds, hidden and
@@ -103,7 +103,12 @@ func policyCheck(w io.Writer, files []string) error {
 	}
 	bad := false
 	for _, name := range files {
-		data, err := os.ReadFile(name)
+		abs, err := filepath.Abs(name)
+		if err != nil {
+			return usageError("%v", err)
+		}
+		// A regular file within the size cap, opened without blocking.
+		data, err := policy.ReadFile(abs)
 		if err != nil {
 			return usageError("%v", err)
 		}
@@ -113,10 +118,10 @@ func policyCheck(w io.Writer, files []string) error {
 			var list policy.ErrorList
 			if errors.As(err, &list) {
 				for _, e := range list {
-					fmt.Fprintln(w, e.Error())
+					fmt.Fprintln(w, display.String(e.Error()))
 				}
 			} else {
-				fmt.Fprintf(w, "%s: %v\n", name, err)
+				fmt.Fprintf(w, "%s: %s\n", display.String(name), display.String(err.Error()))
 			}
 			continue
 		}
@@ -124,7 +129,7 @@ func policyCheck(w io.Writer, files []string) error {
 		if profile == "" {
 			profile = "none declared"
 		}
-		fmt.Fprintf(w, "%s: ok (version %d, profile %s, %d rules)\n", name, pf.Version, profile, len(pf.Rules))
+		fmt.Fprintf(w, "%s: ok (version %d, profile %s, %d rules)\n", display.String(name), pf.Version, display.String(profile), len(pf.Rules))
 	}
 	if bad {
 		return &exitError{code: 1}
@@ -192,9 +197,7 @@ func policyExplain(w io.Writer, f *policyFlags, args []string) error {
 		return err
 	}
 	if f.json {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(struct {
+		return printJSONTo(w, struct {
 			*policy.Explanation
 			Sandbox *enforce.Report `json:"sandbox"`
 		}{ex, rep})
@@ -206,7 +209,9 @@ func policyExplain(w io.Writer, f *policyFlags, args []string) error {
 
 // printKernel shows what the policy compiles into a sandbox of the
 // workspace: the binds, the restricted paths and what stays unenforced.
+// Paths found in the workspace are escaped (display.String).
 func printKernel(w io.Writer, rep *enforce.Report) {
+	d := display.String
 	fmt.Fprintf(w, "sandbox for this workspace (enforced by the kernel; %d entries searched):\n", rep.Walked)
 	fmt.Fprintln(w, "  network: none (loopback only)")
 	for _, b := range rep.Binds {
@@ -214,21 +219,24 @@ func printKernel(w io.Writer, rep *enforce.Report) {
 		if b.Writable {
 			mode = "writable"
 		}
-		fmt.Fprintf(w, "  bind %s %s\n", b.Target, mode)
+		fmt.Fprintf(w, "  bind %s %s\n", d(b.Target), mode)
 	}
 	for _, r := range rep.Restrict {
-		fmt.Fprintf(w, "  %-9s %s\n", r.Mode, r.Path)
+		fmt.Fprintf(w, "  %-9s %s\n", d(string(r.Mode)), d(r.Path))
 	}
 	for _, c := range rep.Created {
-		fmt.Fprintf(w, "  create %s\n", c)
+		fmt.Fprintf(w, "  create %s\n", d(c))
 	}
 	for _, u := range rep.Unenforced {
-		fmt.Fprintf(w, "  not enforced by the kernel: %s\n", u)
+		fmt.Fprintf(w, "  not enforced by the kernel: %s\n", d(u))
 	}
 }
 
+// printExplanation shows ex; everything from a policy file, the
+// workspace or the request is escaped (display.String).
 func printExplanation(w io.Writer, ex *policy.Explanation) {
-	fmt.Fprintf(w, "profile: %s (workspace %s, home %s)\n", ex.Profile, ex.Context.Workspace, ex.Context.Home)
+	d := display.String
+	fmt.Fprintf(w, "profile: %s (workspace %s, home %s)\n", ex.Profile, d(ex.Context.Workspace), d(ex.Context.Home))
 	fmt.Fprintln(w, "layers:")
 	for _, l := range ex.Layers {
 		where := l.Path
@@ -239,7 +247,7 @@ func printExplanation(w io.Writer, ex *policy.Explanation) {
 		if l.Profile != "" {
 			prof = ", profile " + string(l.Profile)
 		}
-		fmt.Fprintf(w, "  %-8s %s (%d rules%s)\n", l.Layer, where, l.Rules, prof)
+		fmt.Fprintf(w, "  %-8s %s (%d rules%s)\n", l.Layer, d(where), l.Rules, d(prof))
 	}
 	entries := func(title string, list []policy.PathEntry) {
 		if len(list) == 0 {
@@ -251,7 +259,7 @@ func printExplanation(w io.Writer, ex *policy.Explanation) {
 			if !e.Literal {
 				note = " (pattern: checked by moat's file operations, not by mounts)"
 			}
-			fmt.Fprintf(w, "  %s%s  [%s]\n", e.Pattern, note, e.Source)
+			fmt.Fprintf(w, "  %s%s  [%s]\n", d(e.Pattern), note, d(e.Source))
 		}
 	}
 	entries("readable", ex.Roots.Readable)
@@ -259,20 +267,20 @@ func printExplanation(w io.Writer, ex *policy.Explanation) {
 	entries("not readable", ex.Roots.DenyRead)
 	entries("read-only", ex.Roots.ReadOnly)
 	if len(ex.Roots.NetAllow) > 0 {
-		fmt.Fprintf(w, "network allowlist (enforced by the egress proxy in --net proxy): %s\n", strings.Join(ex.Roots.NetAllow, ", "))
+		fmt.Fprintf(w, "network allowlist (enforced by the egress proxy in --net proxy): %s\n", d(strings.Join(ex.Roots.NetAllow, ", ")))
 	}
 	for _, warn := range ex.Warnings {
-		fmt.Fprintf(w, "warning: %s\n", warn)
+		fmt.Fprintf(w, "warning: %s\n", d(warn))
 	}
-	for _, d := range ex.Decisions {
+	for _, dec := range ex.Decisions {
 		rule := ""
-		if d.Rule != nil {
-			rule = d.Rule.Text
-			if src := d.Rule.Source(); src != "" && d.Rule.Layer != policy.Builtin {
+		if dec.Rule != nil {
+			rule = dec.Rule.Text
+			if src := dec.Rule.Source(); src != "" && dec.Rule.Layer != policy.Builtin {
 				rule = src + ": " + rule
 			}
 		}
-		fmt.Fprintf(w, "%-5s %s\n      rule: %s\n      reason: %s\n", d.Effect, requestText(d.Request), rule, d.Reason)
+		fmt.Fprintf(w, "%-5s %s\n      rule: %s\n      reason: %s\n", dec.Effect, d(requestText(dec.Request)), d(rule), d(dec.Reason))
 	}
 }
 
@@ -281,7 +289,7 @@ func requestText(r policy.Request) string {
 	arg := r.Command
 	switch {
 	case r.Argv != nil:
-		arg = strings.Join(r.Argv, " ")
+		arg = display.Join(r.Argv) // words stay apart; printed escaped
 	case r.Path != "":
 		arg = r.Path
 	case r.Host != "":

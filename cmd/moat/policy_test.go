@@ -54,7 +54,7 @@ func TestPolicyExplain(t *testing.T) {
 		effect policy.Effect
 		rule   string
 	}{
-		{policy.Ask, "Exec(git push*)"}, {policy.Deny, "Read(secrets/**)"}, {policy.Deny, ".git/hooks"},
+		{policy.Ask, "Exec(git push*)"}, {policy.Deny, "Read(secrets/**)"}, {policy.Deny, ".git is read-only"},
 		{policy.Deny, "Exec(curl *)"}, {policy.Allow, "default"}, {policy.Deny, "not on the network allowlist"},
 	}
 	if len(ex.Decisions) != len(want) {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +15,8 @@ import (
 	"golang.org/x/term"
 
 	"github.com/moat-sandbox/moat/config"
+	"github.com/moat-sandbox/moat/display"
+	"github.com/moat-sandbox/moat/output"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/rootfs"
 	"github.com/moat-sandbox/moat/runtime/linux"
@@ -226,6 +227,10 @@ func runRun(ctx context.Context, f *runFlags, args []string) error {
 	if proc.Secrets, err = readSecrets(f.secrets); err != nil {
 		return err
 	}
+	// red redacts the secrets from what moat itself writes about the run
+	// (its error lines, the proxy's refusals and events); the runtime
+	// redacts the output streams with the same forms.
+	red := secretMatcher(proc.Secrets)
 	if !f.json {
 		proc.Stdout, proc.Stderr = os.Stdout, os.Stderr
 	}
@@ -259,11 +264,11 @@ func runRun(ctx context.Context, f *runFlags, args []string) error {
 				return err
 			}
 		} else {
-			fmt.Fprintln(os.Stderr, "moat:", res.Error)
+			fmt.Fprintln(os.Stderr, "moat:", display.String(res.Error))
 		}
 		return &exitError{code: res.ExitCode}
 	}
-	netw, err := networkSetup(f, spec, rp.eff, defaults)
+	netw, err := networkSetup(f, spec, rp.eff, defaults, red)
 	if err != nil {
 		return err
 	}
@@ -287,6 +292,12 @@ func runRun(ctx context.Context, f *runFlags, args []string) error {
 	}
 	res, err := rt.Run(ctx, spec, proc)
 	netw.close()
+	if res != nil {
+		res.Error = red.RedactString(res.Error)
+	}
+	if err != nil && red != nil {
+		err = &redactedError{msg: red.RedactString(err.Error()), err: err}
+	}
 	if f.json {
 		if perr := printJSON(runResult{Result: res, Template: tmpl, Policy: rp, Network: netw.snapshot()}); perr != nil {
 			return perr
@@ -297,7 +308,7 @@ func runRun(ctx context.Context, f *runFlags, args []string) error {
 		return err
 	}
 	if res.Error != "" && res.ExitReason != sandbox.ReasonTimeout {
-		fmt.Fprintln(os.Stderr, "moat:", res.Error)
+		fmt.Fprintln(os.Stderr, "moat:", display.String(res.Error))
 	}
 	if res.ExitReason == sandbox.ReasonTimeout {
 		fmt.Fprintf(os.Stderr, "moat: timed out after %s; the process tree was killed\n", f.timeout)
@@ -336,11 +347,7 @@ func printResult(res *sandbox.Result, rp *runPolicy) error {
 }
 
 // printJSON writes one indented JSON value to stdout.
-func printJSON(res any) error {
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(res)
-}
+func printJSON(res any) error { return printJSONTo(os.Stdout, res) }
 
 // limits reads the limit flags; unset ones are zero (the config's
 // defaults apply).
@@ -396,10 +403,32 @@ func readSecrets(specs []string) ([]sandbox.Secret, error) {
 		if len(b) > maxSecretFile {
 			return nil, fmt.Errorf("%w: --secret %s: file larger than %d bytes", sandbox.ErrInvalidSpec, name, maxSecretFile)
 		}
+		if err := output.CheckSecret(b); err != nil {
+			return nil, fmt.Errorf("%w: --secret %s: the file %v", sandbox.ErrInvalidSpec, name, err)
+		}
 		out = append(out, sandbox.Secret{Name: name, Value: b})
 	}
 	return out, nil
 }
+
+// secretMatcher compiles the secrets' redaction (nil when there are none).
+func secretMatcher(secrets []sandbox.Secret) *output.Matcher {
+	m := make(map[string][]byte, len(secrets))
+	for _, s := range secrets {
+		m[s.Name] = s.Value
+	}
+	return output.NewMatcher(m)
+}
+
+// redactedError is an error whose text had secrets redacted; errors.Is
+// and errors.As still see the original.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
 
 // setupTTY puts the caller's terminal (if stdin is one) in raw mode and
 // forwards its size; the command gets a new pty inside the sandbox, never

@@ -8,8 +8,10 @@ import (
 	"sync"
 
 	"github.com/moat-sandbox/moat/config"
+	"github.com/moat-sandbox/moat/display"
 	"github.com/moat-sandbox/moat/enforce"
 	"github.com/moat-sandbox/moat/netproxy"
+	"github.com/moat-sandbox/moat/output"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/sandbox"
 )
@@ -50,7 +52,7 @@ func (n *runNetwork) record(e netproxy.Event) {
 		} else {
 			n.Denied++
 			if !n.quiet {
-				fmt.Fprintf(os.Stderr, "moat: network: refused %s:%d (%s): %s\n", e.Host, e.Port, e.Code, e.Reason)
+				fmt.Fprintf(os.Stderr, "moat: network: refused %s:%d (%s): %s\n", display.String(e.Host), e.Port, display.String(e.Code), display.String(e.Reason))
 			}
 		}
 	}
@@ -64,7 +66,7 @@ func (n *runNetwork) record(e netproxy.Event) {
 // networkSetup checks the network flags against the policy and, for mode
 // proxy, starts the run's own egress proxy (in this process: it lives as
 // long as the run) and puts it in the spec.
-func networkSetup(f *runFlags, spec *sandbox.Spec, eff *policy.Effective, defaults config.Defaults) (*runNetwork, error) {
+func networkSetup(f *runFlags, spec *sandbox.Spec, eff *policy.Effective, defaults config.Defaults, red *output.Matcher) (*runNetwork, error) {
 	mode, err := sandbox.ParseNetMode(f.net)
 	if err != nil {
 		return nil, fmt.Errorf("--net: %w", err)
@@ -86,13 +88,21 @@ func networkSetup(f *runFlags, spec *sandbox.Spec, eff *policy.Effective, defaul
 		var askMu sync.Mutex
 		// Refusals reach the user as one line each (record); the
 		// proxy's own log would repeat them.
-		px := netproxy.New(netproxy.Config{DNSServer: defaults.DNSServer, Events: n.record, Logger: slog.New(slog.DiscardHandler)})
+		// The proxy redacts the secrets from its events (so from the
+		// refusal lines and the --json result) and its 403 bodies.
+		var redact func(string) string
+		if red != nil {
+			redact = red.RedactString
+		}
+		px := netproxy.New(netproxy.Config{DNSServer: defaults.DNSServer, Events: n.record, Redact: redact, Logger: slog.New(slog.DiscardHandler)})
 		n.endpoint = px.Endpoint(&enforce.NetPolicy{
 			Current: func() *policy.Effective { return eff },
 			Ask: func(ctx context.Context, d policy.Decision) (bool, string) {
 				// One question on the terminal at a time.
 				askMu.Lock()
 				defer askMu.Unlock()
+				// The question shows the host with the secrets redacted.
+				d.Request.Host, d.Host, d.Reason = red.RedactString(d.Request.Host), red.RedactString(d.Host), red.RedactString(d.Reason)
 				eff, how := askTerminal(d.Request, d, f.approvalTimeout)
 				return eff == policy.Allow, how
 			},

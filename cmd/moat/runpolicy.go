@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/moat-sandbox/moat/display"
 	"github.com/moat-sandbox/moat/enforce"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/sandbox"
@@ -66,6 +67,9 @@ func applyPolicy(f *runFlags, spec *sandbox.Spec, args []string) (*sandbox.Spec,
 		if spec.Binds[i].Source, err = filepath.Abs(spec.Binds[i].Source); err != nil {
 			return nil, nil, fmt.Errorf("%w: bind: %v", sandbox.ErrInvalidSpec, err)
 		}
+	}
+	if err := spec.Validate(); err != nil {
+		return nil, nil, err
 	}
 	pc := enforce.Context(spec, home)
 	pc.NetAllow = f.allowDomains
@@ -131,8 +135,7 @@ func askTerminal(req policy.Request, d policy.Decision, timeout time.Duration) (
 		return policy.Deny, "no terminal"
 	}
 	defer tty.Close()
-	fmt.Fprintf(tty, "moat: approval needed: %s\n  request: %s\n  rule: %s (%s)\nAllow once? [y/N] (denied in %s) ",
-		d.Reason, req, d.Rule, d.Rule.Source(), timeout)
+	fmt.Fprint(tty, askPrompt(req, d, timeout))
 	answer := make(chan string, 1)
 	go func() {
 		line, _ := bufio.NewReader(tty).ReadString('\n')
@@ -150,6 +153,20 @@ func askTerminal(req policy.Request, d policy.Decision, timeout time.Duration) (
 		fmt.Fprintln(tty, "\nmoat: no answer: denied")
 		return policy.Deny, "timeout"
 	}
+}
+
+// askPrompt is the question askTerminal asks. Everything in it that the
+// agent or a policy file chose is escaped (display.String): the request is
+// shown whole up to display.PromptMax, with a warning when it is longer.
+func askPrompt(req policy.Request, d policy.Decision, timeout time.Duration) string {
+	shown := display.StringN(req.String(), display.PromptMax)
+	var b strings.Builder
+	fmt.Fprintf(&b, "moat: approval needed: %s\n  request: %s\n", display.String(d.Reason), shown)
+	if display.IsCut(shown) {
+		b.WriteString("  (the request is longer than shown: the rest is not displayed; deny it unless you know what it is)\n")
+	}
+	fmt.Fprintf(&b, "  rule: %s (%s)\nAllow once? [y/N] (denied in %s) ", display.String(d.Rule.String()), display.String(d.Rule.Source()), timeout)
+	return b.String()
 }
 
 // deniedReason is the one line a denied moat run prints.

@@ -248,7 +248,7 @@ func TestPolicyKernelWorkspace(t *testing.T) {
 		{"plant a hook", "echo evil > .git/hooks/pre-commit"},
 		{"move .git away", "mv .git g"},
 		{"move hooks away", "mv .git/hooks h"},
-		{"remove .git", "rm -rf .git; test -d .git/hooks && exit 1; exit 0"},
+		{"remove .git", "rm -rf .git; test -e .git/config && exit 1; exit 0"},
 		{"nested repo config", "echo x >> sub/.git/config"},
 		{"nested repo hook", "mkdir -p sub/.git/hooks/x"},
 		{"write .bashrc", "echo evil >> .bashrc"},
@@ -267,7 +267,7 @@ func TestPolicyKernelWorkspace(t *testing.T) {
 		})
 	}
 	// Controls inside: the same operations on unprotected files work.
-	o := moatEnv(t, home, "run", "-w", ws, "--sh", "cat notes.txt >/dev/null && echo y >> notes.txt && mv src s2 && mv s2 src && mkdir -p extra/.cache && echo z > extra/f && git --version >/dev/null 2>&1; ls .git/hooks && rm -r extra")
+	o := moatEnv(t, home, "run", "-w", ws, "--sh", "cat notes.txt >/dev/null && echo y >> notes.txt && mv src s2 && mv s2 src && mkdir -p extra/.cache && echo z > extra/f && git --version >/dev/null 2>&1; ls .git >/dev/null && rm -r extra")
 	if o.Code != 0 {
 		t.Fatalf("control inside: exit %d %q", o.Code, o.Stderr)
 	}
@@ -281,8 +281,8 @@ func TestPolicyKernelWorkspace(t *testing.T) {
 			t.Errorf("%s on the host: %q %v", p, b, err)
 		}
 	}
-	if ents, _ := os.ReadDir(filepath.Join(ws, ".git/hooks")); len(ents) != 0 {
-		t.Errorf("hooks planted: %v", ents)
+	if _, err := os.Lstat(filepath.Join(ws, ".git/hooks")); err == nil {
+		t.Errorf("hooks planted")
 	}
 	// The known limit: a protected entry that does not exist yet (here a
 	// workspace without .moat) can be created inside. The project layer can

@@ -1,18 +1,15 @@
 package main
 
 import (
-	"archive/tar"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"iter"
 	"net"
 	"os"
 	"os/signal"
-	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -27,6 +24,7 @@ import (
 	"github.com/moat-sandbox/moat/api"
 	"github.com/moat-sandbox/moat/client"
 	"github.com/moat-sandbox/moat/config"
+	"github.com/moat-sandbox/moat/display"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/sandbox"
 )
@@ -167,11 +165,15 @@ func interruptible(ctx context.Context) (context.Context, context.CancelFunc) {
 // exitInterrupted is the exit code after ^C.
 const exitInterrupted = 130
 
-// printJSONTo writes v as indented JSON.
+// printJSONTo writes v as indented JSON, with no raw invisible character
+// (display.JSON: the values are the same).
 func printJSONTo(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(display.JSON(b), '\n'))
+	return err
 }
 
 // printMade prints what create or start made: its id, or with asJSON
@@ -371,7 +373,8 @@ func sbList(sio sandboxIO) *command {
 					if s.Snapshot != "" {
 						root += "@" + s.Snapshot
 					}
-					return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%d\t%s", s.ID, state, root, ago(now, s.CreatedAt), ago(now, s.LastActiveAt), s.Running, formatLabels(s.Labels))
+					d := display.String
+					return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%d\t%s", d(s.ID), d(state), d(root), ago(now, s.CreatedAt), ago(now, s.LastActiveAt), s.Running, formatLabels(s.Labels))
 				})
 			})
 		},
@@ -402,9 +405,19 @@ func formatLabels(l map[string]string) string {
 	}
 	slices.Sort(keys)
 	for i, k := range keys {
-		keys[i] = k + "=" + l[k]
+		keys[i] = labelWord(k) + "=" + labelWord(l[k])
 	}
 	return strings.Join(keys, ",")
+}
+
+// labelWord is a label's key or value for the table: escaped, and quoted
+// when it holds a separator, so that one label never reads as two.
+func labelWord(s string) string {
+	e := display.StringN(s, 256)
+	if !strings.ContainsAny(e, ",=\" ") {
+		return e
+	}
+	return `"` + strings.ReplaceAll(e, `"`, `\"`) + `"`
 }
 
 // execFlags are the flags of exec and start.
@@ -528,7 +541,7 @@ func sbExec(sio sandboxIO) *command {
 				if perr := printJSONTo(sio.stdout, sandbox.SetupResult(err)); perr != nil {
 					return perr
 				}
-				fmt.Fprintf(sio.stderr, "moat sandbox exec: %v\n", err)
+				fmt.Fprintf(sio.stderr, "moat sandbox exec: %s\n", display.String(err.Error()))
 				return &exitError{code: sandbox.ExitSetupFailed}
 			}
 			return err
@@ -573,7 +586,7 @@ func runExec(ctx context.Context, sio sandboxIO, f *execFlags, args []string) er
 		if res.ExitReason == sandbox.ReasonTimeout {
 			fmt.Fprintln(sio.stderr, "moat: timed out; the process tree was killed")
 		} else if res.Error != "" {
-			fmt.Fprintln(sio.stderr, "moat:", res.Error)
+			fmt.Fprintln(sio.stderr, "moat:", display.String(res.Error))
 		}
 	}
 	if res.ExitCode != 0 {
@@ -593,7 +606,7 @@ func policyDenied(sio sandboxIO, asJSON bool, err error) error {
 			return perr
 		}
 	}
-	fmt.Fprintln(sio.stderr, "moat:", e.Message)
+	fmt.Fprintln(sio.stderr, "moat:", display.String(e.Message))
 	return &exitError{code: res.ExitCode}
 }
 
@@ -618,10 +631,11 @@ func copyOutput(sio sandboxIO, events iter.Seq2[api.Event, error], lost string) 
 			if a := ev.Approval; a != nil {
 				switch a.State {
 				case api.ApprovalPending:
+					id := display.String(a.ID)
 					fmt.Fprintf(sio.stderr, "moat: waiting for approval %s (%s; until %s): moat approvals allow|deny %s\n",
-						a.ID, a.Reason, a.ExpiresAt.Local().Format(time.TimeOnly), a.ID)
+						id, display.String(a.Reason), a.ExpiresAt.Local().Format(time.TimeOnly), id)
 				case api.ApprovalAllowed:
-					fmt.Fprintf(sio.stderr, "moat: approval %s allowed by %s\n", a.ID, a.AnsweredBy)
+					fmt.Fprintf(sio.stderr, "moat: approval %s allowed by %s\n", display.String(a.ID), display.String(a.AnsweredBy))
 				}
 			}
 		case api.EventExit:
@@ -692,7 +706,7 @@ func sbPs(sio sandboxIO) *command {
 							exit += " (" + string(p.Result.ExitReason) + ")"
 						}
 					}
-					return fmt.Sprintf("%d\t%s\t%s\t%s\t%s", p.ID, p.State, ago(now, p.StartedAt), exit, strings.Join(p.Args, " "))
+					return fmt.Sprintf("%d\t%s\t%s\t%s\t%s", p.ID, display.String(p.State), ago(now, p.StartedAt), display.String(exit), display.Argv(p.Args))
 				})
 			})
 		},
@@ -749,7 +763,7 @@ func sbRemove(sio sandboxIO) *command {
 				failed := false
 				for _, id := range args {
 					if err := c.Sandbox(id).Delete(ctx); err != nil {
-						fmt.Fprintf(sio.stderr, "moat sandbox rm: %s: %v\n", id, err)
+						fmt.Fprintf(sio.stderr, "moat sandbox rm: %s: %s\n", display.String(id), display.String(err.Error()))
 						failed = true
 						continue
 					}
@@ -762,330 +776,4 @@ func sbRemove(sio sandboxIO) *command {
 			})
 		},
 	}
-}
-
-const cpLong = `Copy a file or a directory between the host and a sandbox. One side is
-SANDBOX:PATH (PATH absolute, or relative to /workspace), the other a host
-path, or - for this command's stdin (a file's content) or stdout.
-
-As with cp -r: when the destination is an existing directory the source is
-copied into it under its own name, otherwise it is copied to the
-destination's name. Directories travel as tar archives; symlinks are
-copied as symlinks; a directory from the sandbox is extracted without ever
-following a link out of the destination.
-
-Examples:
-  moat sandbox cp ./src sb-123:/workspace/
-  moat sandbox cp sb-123:/workspace/out/report.json .
-  moat sandbox cp - sb-123:/workspace/input.txt < input.txt`
-
-func sbCopy(sio sandboxIO) *command {
-	return &command{
-		name:  "cp",
-		usage: "SRC DST   (one of them SANDBOX:PATH)",
-		short: "Copy a file or directory between the host and a sandbox",
-		long:  cpLong,
-		setup: func(*pflag.FlagSet) {},
-		run: func(ctx context.Context, args []string) error {
-			if len(args) != 2 {
-				return usageError("cp takes a source and a destination")
-			}
-			srcID, srcPath, srcRemote := splitRemote(args[0])
-			dstID, dstPath, dstRemote := splitRemote(args[1])
-			if srcRemote == dstRemote {
-				return usageError("cp: exactly one of SRC and DST must be SANDBOX:PATH")
-			}
-			return withClient(func(c *client.Client) error {
-				ctx, stop := interruptible(ctx)
-				defer stop()
-				if dstRemote {
-					return copyIn(ctx, sio, c.Sandbox(dstID), args[0], dstPath)
-				}
-				return copyOut(ctx, sio, c.Sandbox(srcID), srcPath, args[1])
-			})
-		},
-	}
-}
-
-// splitRemote reads SANDBOX:PATH; a host path with a colon can be written
-// ./a:b.
-func splitRemote(s string) (id, p string, ok bool) {
-	id, p, ok = strings.Cut(s, ":")
-	if !ok || id == "" || strings.Contains(id, "/") {
-		return "", "", false
-	}
-	if p == "" {
-		p = "/workspace"
-	}
-	return id, p, true
-}
-
-// copyIn copies the host path src (or stdin) to dst in the sandbox.
-func copyIn(ctx context.Context, sio sandboxIO, sb *client.Sandbox, src, dst string) error {
-	if src == "-" {
-		b, err := io.ReadAll(sio.stdin)
-		if err != nil {
-			return fmt.Errorf("reading standard input: %w", err)
-		}
-		return sb.WriteFile(ctx, dst, b, 0)
-	}
-	fi, err := os.Stat(src)
-	if err != nil {
-		return err
-	}
-	intoDir := strings.HasSuffix(dst, "/")
-	if st, err := sb.Stat(ctx, dst); err == nil {
-		intoDir = st.Type == "dir"
-	} else if !client.IsNotFound(err) {
-		return err
-	}
-	abs, err := filepath.Abs(src)
-	if err != nil {
-		return err
-	}
-	name := filepath.Base(abs)
-	switch {
-	case fi.Mode().IsRegular():
-		if intoDir {
-			dst = path.Join(dst, name)
-		}
-		b, err := os.ReadFile(src)
-		if err != nil {
-			return err
-		}
-		return sb.WriteFile(ctx, dst, b, fi.Mode().Perm())
-	case fi.IsDir():
-		dir := dst
-		if !intoDir {
-			dir, name = path.Dir(dst), path.Base(dst)
-		}
-		if name == "/" || name == "." || name == ".." {
-			return usageError("cp: cannot copy a directory to %q", dst)
-		}
-		root, err := filepath.EvalSymlinks(abs)
-		if err != nil {
-			return err
-		}
-		return pipe(func(w io.Writer) error {
-			return writeTar(w, root, name, sio.stderr)
-		}, func(r io.Reader) error {
-			return sb.Upload(ctx, dir, r)
-		})
-	}
-	return fmt.Errorf("%s is neither a regular file nor a directory", src)
-}
-
-// writeTar writes the tree at root as a tar stream whose entries are
-// named under name.
-func writeTar(w io.Writer, root, name string, warn io.Writer) error {
-	tw := tar.NewWriter(w)
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(root, p)
-		if err != nil {
-			return err
-		}
-		entry := name
-		if rel != "." {
-			entry = name + "/" + filepath.ToSlash(rel)
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		var link string
-		switch {
-		case info.Mode().IsRegular(), info.IsDir():
-		case info.Mode()&fs.ModeSymlink != 0:
-			if link, err = os.Readlink(p); err != nil {
-				return err
-			}
-		default:
-			fmt.Fprintf(warn, "moat: skipping %s: not a file, directory or symlink\n", p)
-			return nil
-		}
-		h, err := tar.FileInfoHeader(info, link)
-		if err != nil {
-			return err
-		}
-		h.Name = entry
-		if info.IsDir() {
-			h.Name += "/"
-		}
-		h.Uid, h.Gid, h.Uname, h.Gname = 0, 0, "", ""
-		h.Mode &= 0o777
-		if err := tw.WriteHeader(h); err != nil {
-			return err
-		}
-		if !info.Mode().IsRegular() {
-			return nil
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if _, err := io.CopyN(tw, f, h.Size); err != nil {
-			return fmt.Errorf("%s: %w", p, err)
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	return tw.Close()
-}
-
-// copyOut copies src of the sandbox to the host path dst (or stdout).
-func copyOut(ctx context.Context, sio sandboxIO, sb *client.Sandbox, src, dst string) error {
-	if dst == "-" {
-		b, err := sb.ReadFile(ctx, src)
-		if err != nil {
-			return err
-		}
-		_, err = sio.stdout.Write(b)
-		return err
-	}
-	target := dst
-	if st, err := os.Stat(dst); err == nil && st.IsDir() {
-		if base := path.Base(src); base != "/" && base != "." {
-			target = filepath.Join(dst, base)
-		}
-	}
-	return pipe(func(w io.Writer) error {
-		return sb.Download(ctx, src, w)
-	}, func(r io.Reader) error {
-		return extractTar(r, target, sio.stderr)
-	})
-}
-
-// errPipeStopped ends the writes of a producer whose consumer has ended.
-var errPipeStopped = errors.New("the reader stopped")
-
-// pipe runs produce, in a goroutine of its own, writing what consume
-// reads. A failure of produce explains a failure best (a failed download
-// leaves a truncated archive); a producer that failed only because
-// consume stopped reading (ended, or closed the pipe) is not a failure.
-func pipe(produce func(io.Writer) error, consume func(io.Reader) error) error {
-	pr, pw := io.Pipe()
-	produced := make(chan error, 1)
-	go func() {
-		err := produce(pw)
-		pw.CloseWithError(err)
-		produced <- err
-	}()
-	err := consume(pr)
-	pr.CloseWithError(errPipeStopped) // a producer still writing stops
-	if perr := <-produced; perr != nil && !errors.Is(perr, errPipeStopped) && !errors.Is(perr, io.ErrClosedPipe) {
-		return perr
-	}
-	return err
-}
-
-// extractTar extracts an archive of one file or tree (every entry under
-// one top name) as target. Entries below the top are created through an
-// os.Root at target, so no entry and no symlink of the archive can reach
-// outside it.
-func extractTar(r io.Reader, target string, warn io.Writer) error {
-	x := &extractor{target: target, warn: warn}
-	defer x.close()
-	tr := tar.NewReader(r)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return err
-		}
-		if err := x.entry(h, tr); err != nil {
-			return fmt.Errorf("archive entry %q: %w", h.Name, err)
-		}
-	}
-	if x.top == "" {
-		return errors.New("the daemon sent an empty archive")
-	}
-	return nil
-}
-
-// extractor is the state of one extractTar.
-type extractor struct {
-	target string
-	warn   io.Writer
-	top    string   // the first name of every entry
-	root   *os.Root // target, once the top directory exists
-}
-
-func (x *extractor) close() {
-	if x.root != nil {
-		x.root.Close()
-	}
-}
-
-func (x *extractor) entry(h *tar.Header, r io.Reader) error {
-	name := strings.TrimPrefix(path.Clean(strings.TrimPrefix(h.Name, "/")), "./")
-	first, rest, _ := strings.Cut(name, "/")
-	if x.top == "" {
-		x.top = first
-	} else if first != x.top {
-		return fmt.Errorf("not under %q", x.top)
-	}
-	mode := h.FileInfo().Mode().Perm()
-	if rest == "" {
-		if x.root != nil {
-			return errors.New("repeats the top entry")
-		}
-		switch h.Typeflag {
-		case tar.TypeDir:
-			if err := os.Mkdir(x.target, mode|0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-				return err
-			}
-			var err error
-			x.root, err = os.OpenRoot(x.target)
-			return err
-		case tar.TypeReg:
-			return writeFileFrom(x.target, r, mode, os.OpenFile)
-		case tar.TypeSymlink:
-			return os.Symlink(h.Linkname, x.target)
-		}
-		return fmt.Errorf("unsupported type %q", h.Typeflag)
-	}
-	if x.root == nil {
-		return errors.New("comes before its directory")
-	}
-	rel := filepath.FromSlash(rest)
-	if !filepath.IsLocal(rel) {
-		return errors.New("leaves its directory")
-	}
-	if dir := filepath.Dir(rel); dir != "." {
-		if err := x.root.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-	}
-	switch h.Typeflag {
-	case tar.TypeDir:
-		return x.root.MkdirAll(rel, mode|0o700)
-	case tar.TypeReg:
-		return writeFileFrom(rel, r, mode, x.root.OpenFile)
-	case tar.TypeSymlink:
-		_ = x.root.Remove(rel)
-		return x.root.Symlink(h.Linkname, rel)
-	}
-	fmt.Fprintf(x.warn, "moat: skipping %s: type %q is not copied\n", h.Name, h.Typeflag)
-	return nil
-}
-
-// writeFileFrom creates (or truncates) name with open and copies r to it.
-func writeFileFrom(name string, r io.Reader, mode fs.FileMode, open func(string, int, fs.FileMode) (*os.File, error)) error {
-	f, err := open(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, r); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }

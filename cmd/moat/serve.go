@@ -18,6 +18,7 @@ import (
 
 	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/config"
+	"github.com/moat-sandbox/moat/display"
 	"github.com/moat-sandbox/moat/rootfs"
 	"github.com/moat-sandbox/moat/runtime/linux"
 	"github.com/moat-sandbox/moat/server"
@@ -165,7 +166,10 @@ func runServe(ctx context.Context, f *serveFlags, args []string) error {
 	if os.Getenv("MOAT_LOG") == "debug" {
 		level = slog.LevelDebug
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	// The text handler quotes and escapes every value with a control,
+	// bidi or other non-printable character; capLogValue bounds what a
+	// sandbox's strings (hosts, paths, errors) can add to a line.
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level, ReplaceAttr: capLogValue}))
 	defaults, err := config.Load(f.config)
 	if err != nil {
 		return err
@@ -244,7 +248,7 @@ func runServe(ctx context.Context, f *serveFlags, args []string) error {
 		MaxSandboxes: f.maxSandboxes, MaxPerTenant: f.maxPerTenant,
 		Home: f.home, PolicyManaged: f.policyManaged, PolicyUser: f.policyUser, ApprovalTimeout: f.approvalTimeout,
 		HidePaths: []string{absData, layers.Dir()}, DNSServer: defaults.DNSServer,
-		Layers: layers, Pools: pools,
+		Layers: layers, Pools: pools, SnapshotQuota: defaults.SnapshotQuota,
 	})
 	if err != nil {
 		return err
@@ -338,4 +342,20 @@ func serveHTTP(ctx context.Context, ln net.Listener, dataDir string, svc *server
 		_ = srv.Close()
 	}
 	return nil
+}
+
+// capLogValue cuts a log line's string and error values to
+// display.DefaultMax bytes, with a marker (the text handler escapes them).
+func capLogValue(_ []string, a slog.Attr) slog.Attr {
+	switch v := a.Value; {
+	case v.Kind() == slog.KindString && len(v.String()) > display.DefaultMax:
+		a.Value = slog.StringValue(display.Truncate(v.String(), display.DefaultMax))
+	case v.Kind() == slog.KindAny:
+		if err, ok := v.Any().(error); ok {
+			if msg := err.Error(); len(msg) > display.DefaultMax {
+				a.Value = slog.StringValue(display.Truncate(msg, display.DefaultMax))
+			}
+		}
+	}
+	return a
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/moat-sandbox/moat/api"
 	"github.com/moat-sandbox/moat/client"
+	"github.com/moat-sandbox/moat/display"
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
@@ -59,7 +60,7 @@ func snapshotSubcommands(sio sandboxIO) []*command {
 func runSnapshot(ctx context.Context, args []string, sio sandboxIO) error {
 	sub, err := dispatch(ctx, "snapshot", snapshotLong, snapshotSubcommands(sio), args, sio)
 	if sub != nil && snapshotRefused(err) {
-		fmt.Fprintf(sio.stderr, "moat snapshot %s: %v\n", sub.name, err)
+		fmt.Fprintf(sio.stderr, "moat snapshot %s: %s\n", sub.name, display.String(err.Error()))
 		return &exitError{code: 1}
 	}
 	return withSub(sub, daemonHint(err))
@@ -117,7 +118,7 @@ writable bind, is refused: the snapshot would miss those files.`,
 				if asJSON {
 					return printJSONTo(sio.stdout, sn)
 				}
-				fmt.Fprintf(sio.stderr, "moat: snapshot %s of %s: %s\n", sn.ID, args[0], snapshotLine(sn))
+				fmt.Fprintf(sio.stderr, "moat: snapshot %s of %s: %s\n", display.String(sn.ID), display.String(args[0]), snapshotLine(sn))
 				_, err = fmt.Fprintln(sio.stdout, sn.ID)
 				return err
 			})
@@ -175,7 +176,8 @@ func snapList(sio sandboxIO) *command {
 				}
 				now := time.Now()
 				return printList(sio.stdout, asJSON, list, "ID\tTEMPLATE\tPARENT\tSANDBOX\tSIZE\tENTRIES\tDEPTH\tCREATED", func(s api.Snapshot) string {
-					return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s", s.ID, orDash(s.Template), orDash(s.Parent), orDash(s.Sandbox),
+					d := display.String
+					return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s", d(s.ID), d(orDash(s.Template)), d(orDash(s.Parent)), d(orDash(s.Sandbox)),
 						formatBytes(s.Bytes), s.Entries, s.Depth, ago(now, s.Created))
 				})
 			})
@@ -217,7 +219,7 @@ snapshot is layered on, or that a live sandbox runs from, is kept (exit
 					} else {
 						code = sandbox.ExitSetupFailed
 					}
-					fmt.Fprintf(sio.stderr, "moat snapshot rm: %s: %v\n", id, daemonHint(err))
+					fmt.Fprintf(sio.stderr, "moat snapshot rm: %s: %s\n", display.String(id), display.String(daemonHint(err).Error()))
 				}
 				if code != 0 {
 					return &exitError{code: code}

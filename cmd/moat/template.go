@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/moat-sandbox/moat/config"
+	"github.com/moat-sandbox/moat/display"
 	"github.com/moat-sandbox/moat/rootfs"
 	"github.com/moat-sandbox/moat/sandbox"
 )
@@ -67,7 +68,7 @@ func templateSubcommands(sio sandboxIO) []*command {
 func runTemplate(ctx context.Context, args []string, sio sandboxIO) error {
 	sub, err := dispatch(ctx, "template", templateLong, templateSubcommands(sio), args, sio)
 	if sub != nil && storeRefused(err) {
-		fmt.Fprintf(sio.stderr, "moat template %s: %v\n", sub.name, err)
+		fmt.Fprintf(sio.stderr, "moat template %s: %s\n", sub.name, display.String(err.Error()))
 		return &exitError{code: 1}
 	}
 	return withSub(sub, err)
@@ -240,28 +241,34 @@ func warnImport(w io.Writer, t *rootfs.Template) {
 		if n := t.SkippedCount - len(t.Skipped); n > 0 {
 			more = fmt.Sprintf(" and %d more", n)
 		}
-		fmt.Fprintf(w, "moat template import: warning: left out %d device, fifo or socket entries: %s%s\n", t.SkippedCount, strings.Join(t.Skipped, ", "), more)
+		skipped := make([]string, len(t.Skipped))
+		for i, p := range t.Skipped { // paths in the image
+			skipped[i] = display.Argv([]string{p})
+		}
+		fmt.Fprintf(w, "moat template import: warning: left out %d device, fifo or socket entries: %s%s\n", t.SkippedCount, strings.Join(skipped, ", "), more)
 	}
 	if t.StrippedSetid > 0 {
 		fmt.Fprintf(w, "moat template import: warning: removed the setuid/setgid bits of %d files\n", t.StrippedSetid)
 	}
 	if t.ImageUser != "" {
-		fmt.Fprintf(w, "moat template import: warning: the image's user %q is not used: processes run as the sandbox user (uid 1000)\n", t.ImageUser)
+		fmt.Fprintf(w, "moat template import: warning: the image's user \"%s\" is not used: processes run as the sandbox user (uid 1000)\n", display.String(t.ImageUser))
 	}
 }
 
-// printTemplate writes a template's description, one field a line.
+// printTemplate writes a template's description, one field a line; what
+// comes from the image (workdir, environment) is escaped.
 func printTemplate(w io.Writer, t *rootfs.Template) error {
-	fmt.Fprintf(w, "name:     %s\nsource:   %s\n", t.Name, t.Source)
+	d := display.String
+	fmt.Fprintf(w, "name:     %s\nsource:   %s\n", d(t.Name), d(t.Source))
 	if t.ImageDigest != "" {
-		fmt.Fprintf(w, "image:    %s\n", t.ImageDigest)
+		fmt.Fprintf(w, "image:    %s\n", d(t.ImageDigest))
 	}
 	fmt.Fprintf(w, "digest:   %s\nsize:     %s (%d bytes)\nentries:  %d\n", t.Layer, formatBytes(t.Bytes), t.Bytes, t.Entries)
 	if t.Workdir != "" {
-		fmt.Fprintf(w, "workdir:  %s\n", t.Workdir)
+		fmt.Fprintf(w, "workdir:  %s\n", d(t.Workdir))
 	}
 	for _, e := range t.Env {
-		fmt.Fprintf(w, "env:      %s\n", e)
+		fmt.Fprintf(w, "env:      %s\n", d(e))
 	}
 	if l := formatLimits(t.Limits); l != "" {
 		fmt.Fprintf(w, "limits:   %s\n", l)
@@ -322,9 +329,9 @@ func tmplList(sio sandboxIO) *command {
 			now := time.Now()
 			return printList(sio.stdout, asJSON, ts, "NAME\tSOURCE\tSIZE\tENTRIES\tCREATED", func(t *rootfs.Template) string {
 				if t.Layer == "" {
-					return fmt.Sprintf("%s\t%s\t-\t-\t-", t.Name, t.Source)
+					return fmt.Sprintf("%s\t%s\t-\t-\t-", display.String(t.Name), display.String(t.Source))
 				}
-				return fmt.Sprintf("%s\t%s\t%s\t%d\t%s", t.Name, t.Source, formatBytes(t.Bytes), t.Entries, ago(now, t.Created))
+				return fmt.Sprintf("%s\t%s\t%s\t%d\t%s", display.String(t.Name), display.String(t.Source), formatBytes(t.Bytes), t.Entries, ago(now, t.Created))
 			})
 		},
 	}
@@ -368,7 +375,7 @@ The built-in "host" template cannot be removed.`,
 				if errors.Is(err, rootfs.ErrInUse) {
 					hint = " (delete its snapshots with 'moat snapshot rm' and end the sandboxes made from it first)"
 				}
-				fmt.Fprintf(sio.stderr, "moat template rm: %s: %v%s\n", name, err, hint)
+				fmt.Fprintf(sio.stderr, "moat template rm: %s: %s%s\n", display.String(name), display.String(err.Error()), hint)
 			}
 			if code != 0 {
 				return &exitError{code: code}

@@ -207,8 +207,8 @@ func (c *call) setupFail(err error) (*sandbox.Result, error) {
 // request validates the process and builds the agent's exec message.
 func (c *call) request() (*guest.Exec, error) {
 	p := c.p
-	if len(p.Args) == 0 {
-		return nil, fmt.Errorf("%w: no command", sandbox.ErrInvalidSpec)
+	if err := p.Validate(); err != nil {
+		return nil, err
 	}
 	if p.OutputLimit < 0 {
 		return nil, fmt.Errorf("%w: output limit must not be negative", sandbox.ErrInvalidSpec)

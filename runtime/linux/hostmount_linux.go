@@ -260,3 +260,27 @@ func mountTree(s hostSource, ids *idmapCache) (int, error) {
 	}
 	return tree, nil
 }
+
+// socketBuffer is the send buffer of each end of a sandbox's control
+// socket: one packet of a SOCK_SEQPACKET socket must fit in it, and the
+// default (net.core.wmem_default, 208 KiB) is below guest.MaxMessage, so
+// a large request (argv and environment, secrets) failed with EMSGSIZE.
+const socketBuffer = guest.MaxMessage + 64<<10
+
+// growSocketBuffers raises the send buffers of a control socket pair to
+// socketBuffer: SO_SNDBUFFORCE as root, else SO_SNDBUF (capped by
+// net.core.wmem_max); a request that still does not fit is refused as too
+// big (sendFailure).
+func growSocketBuffers(files ...*os.File) {
+	for _, f := range files {
+		rc, err := f.SyscallConn()
+		if err != nil {
+			continue
+		}
+		_ = rc.Control(func(fd uintptr) {
+			if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, socketBuffer) != nil {
+				_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF, socketBuffer)
+			}
+		})
+	}
+}

@@ -290,6 +290,10 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	// The named checks of the spec's paths come before anything else.
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
 	hostname := spec.Hostname
 	if hostname == "" {
 		hostname = "sandbox"
@@ -368,6 +372,7 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	if err != nil {
 		return nil, &sandbox.SetupError{Stage: "control socket", Err: err}
 	}
+	growSocketBuffers(hostSock, agentSock)
 	cu.add(func() { hostSock.Close() })
 	defer agentSock.Close()
 	errR, errW, err := os.Pipe()

@@ -187,8 +187,10 @@ func (s *linuxSandbox) sendFailure(err error) error {
 	// Only a peer that went away explains itself; anything else (a
 	// message too large to send, say) is the caller's to report now.
 	if !errors.Is(err, sandbox.ErrClosed) && !errors.Is(err, unix.EPIPE) && !errors.Is(err, unix.ECONNRESET) && !errors.Is(err, os.ErrClosed) {
-		if errors.Is(err, guest.ErrTooLarge) {
-			return fmt.Errorf("%w: %v", sandbox.ErrInvalidSpec, err)
+		if errors.Is(err, guest.ErrTooLarge) || errors.Is(err, unix.EMSGSIZE) {
+			// The request itself is too big to hand to the agent: the
+			// caller's input, not a fault of the sandbox.
+			return fmt.Errorf("%w: %w: argv, environment and secrets do not fit in one message to the sandbox (%v)", sandbox.ErrInvalidSpec, sandbox.ErrTooBig, err)
 		}
 		return &sandbox.SetupError{Stage: "send", Err: err}
 	}
