@@ -6,7 +6,7 @@ BIN     := bin/moat
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: all build demo test test-deps bench vet fmt clean
+.PHONY: all build demo test test-deps test-race fuzz bench vet fmt clean
 
 all: build
 
@@ -22,14 +22,30 @@ demo: build
 # tests/network (curl, wget, git, pip, npm), and busybox-static, the one
 # static binary the template and OCI-import tests build roots from.
 test-deps:
-	@need=""; for p in python3:python3 script:util-linux curl:curl wget:wget git:git pip3:python3-pip npm:npm busybox:busybox-static; do \
+	@need=""; for p in python3:python3 script:util-linux curl:curl wget:wget git:git pip3:python3-pip npm:npm busybox:busybox-static gcc:gcc; do \
 		command -v $${p%%:*} >/dev/null || need="$$need $${p#*:}"; done; \
 	test -z "$$need" || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need; }
 
 # The whole test suite. Tests that need root or kernel features skip with a
 # message elsewhere, and fail under CI=true.
 test: test-deps vet
-	CGO_ENABLED=0 $(GO) test -count=1 -timeout 12m ./...
+	CGO_ENABLED=0 $(GO) test -count=1 -timeout 15m ./...
+	$(MAKE) test-race
+
+# The concurrent packages again under the race detector (cgo: gcc).
+# The moat binary the tests run stays static; only the test binaries are
+# built with -race.
+RACE_PKGS := ./server/... ./store/... ./audit/... ./netproxy/... ./client/... ./runtime/...
+test-race: test-deps
+	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m $(RACE_PKGS)
+
+# Every fuzz target for FUZZTIME each (their seed corpora already run in
+# make test). go test takes one -fuzz target per package and run.
+FUZZTIME ?= 30s
+fuzz:
+	@grep -rE --include='*_test.go' -o '^func Fuzz[A-Za-z0-9_]*' . | sed -E 's|^\./(.*)/[^/]*_test\.go:func (Fuzz.*)|\1 \2|; s|^\./[^/]*_test\.go:func (Fuzz.*)|. \1|' | sort -u | \
+	while read -r pkg name; do echo "fuzz ./$$pkg $$name ($(FUZZTIME))"; \
+		CGO_ENABLED=0 $(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) "./$$pkg" || exit 1; done
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }

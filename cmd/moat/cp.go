@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/moat-sandbox/moat/client"
+	"github.com/moat-sandbox/moat/display"
 	"github.com/moat-sandbox/moat/fstree"
 )
 
@@ -401,7 +402,7 @@ func (a *archiver) add(dir int, name, entry, host string, depth int) error {
 		if depth == 0 {
 			return &hostPathError{Path: host, Err: err}
 		}
-		fmt.Fprintf(a.warn, "moat: skipping %q: %v\n", host, err)
+		fmt.Fprintf(a.warn, "moat: skipping %s: %s\n", display.String(host), display.String(err.Error()))
 		return nil
 	}
 	var st unix.Stat_t
@@ -639,6 +640,13 @@ func (x *extractor) entry(h *tar.Header, r io.Reader) error {
 	if strings.IndexByte(h.Name, 0) >= 0 {
 		return errors.New("NUL byte in the name")
 	}
+	for k := range h.PAXRecords {
+		// A GNU sparse entry of a few bytes can claim terabytes of
+		// holes, which would be written out as zeros.
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return errors.New("sparse entries are not copied")
+		}
+	}
 	name := strings.TrimPrefix(path.Clean(strings.TrimLeft(h.Name, "/")), "./")
 	first, rest, _ := strings.Cut(name, "/")
 	if x.top == "" {
@@ -661,7 +669,7 @@ func (x *extractor) entry(h *tar.Header, r io.Reader) error {
 		return errors.New("leaves its directory")
 	}
 	if h.Typeflag != tar.TypeDir && h.Typeflag != tar.TypeReg && h.Typeflag != tar.TypeSymlink {
-		fmt.Fprintf(x.warn, "moat: skipping %q: type %q is not copied\n", h.Name, h.Typeflag)
+		fmt.Fprintf(x.warn, "moat: skipping %s: type %q is not copied\n", display.String(h.Name), h.Typeflag)
 		return nil
 	}
 	pdir, base := path.Split(rest)

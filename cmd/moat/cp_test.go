@@ -199,6 +199,51 @@ func tarOf(entries ...ent) []byte {
 	return buf.Bytes()
 }
 
+// tarBlock is one raw ustar header block (for what tar.Writer refuses
+// to write).
+func tarBlock(name string, typ byte, size int) []byte {
+	b := make([]byte, 512)
+	copy(b, name)
+	copy(b[100:], "0000644\x00")
+	copy(b[108:], "0000000\x00")
+	copy(b[116:], "0000000\x00")
+	copy(b[124:], fmt.Sprintf("%011o\x00", size))
+	copy(b[136:], "00000000000\x00")
+	b[156] = typ
+	copy(b[257:], "ustar\x0000")
+	copy(b[148:], "        ")
+	sum := 0
+	for _, c := range b {
+		sum += int(c)
+	}
+	copy(b[148:], fmt.Sprintf("%06o\x00 ", sum))
+	return b
+}
+
+// sparseBomb is a tar of the entries before (raw blocks) and a GNU sparse
+// (PAX 0.1) file name of 1 TB, all holes, in a few blocks.
+func sparseBomb(name string, before ...[]byte) []byte {
+	var recs string
+	for _, kv := range [][2]string{{"GNU.sparse.major", "0"}, {"GNU.sparse.minor", "1"}, {"GNU.sparse.size", "1000000000000"}, {"GNU.sparse.numblocks", "1"}, {"GNU.sparse.map", "999999999999,0"}} {
+		r := " " + kv[0] + "=" + kv[1] + "\n"
+		n := len(r) + 1
+		for len(fmt.Sprint(n))+len(r) != n {
+			n++
+		}
+		recs += fmt.Sprint(n) + r
+	}
+	var buf bytes.Buffer
+	for _, b := range before {
+		buf.Write(b)
+	}
+	buf.Write(tarBlock("PaxHeaders/"+name, 'x', len(recs)))
+	buf.WriteString(recs)
+	buf.Write(make([]byte, (512-len(recs)%512)%512))
+	buf.Write(tarBlock(name, '0', 0))
+	buf.Write(make([]byte, 1024))
+	return buf.Bytes()
+}
+
 // hostileArchives are archives (and what is at the destination before)
 // that try to write outside the destination; the fuzz seeds.
 func hostileArchives() []struct {
@@ -237,6 +282,9 @@ func hostileArchives() []struct {
 		{"into host symlinks", 3, tarOf(ent{"t/", "", tar.TypeDir, ""}, ent{"t/sub/x", "", tar.TypeReg, "x"}, ent{"t/up/victim", "", tar.TypeReg, "x"}, ent{"t/f", "", tar.TypeReg, "x"})},
 		{"onto a fifo", 4, tarOf(ent{"t", "", tar.TypeReg, "x"})},
 		{"onto a relative symlink", 5, tarOf(ent{"t/", "", tar.TypeDir, ""}, ent{"t/x", "", tar.TypeReg, "x"})},
+		{"sparse bomb", 0, sparseBomb("t")},
+		{"sparse bomb inside", 0, sparseBomb("t/s", tarBlock("t/", '5', 0))},
+		{"old GNU sparse", 0, append(append(tarBlock("t/", '5', 0), tarBlock("t/s", 'S', 0)...), make([]byte, 1024)...)},
 		{"empty", 0, tarOf()},
 		{"not a tar", 0, []byte("hello")},
 	}
@@ -274,6 +322,7 @@ func TestExtractTarHostile(t *testing.T) {
 		"top symlink then under it": true, "not under the top": true, "huge name": true, "long component": true,
 		"onto a file symlink": true, "onto a dir symlink": true, "symlink onto a dir symlink": true, "into host symlinks": true,
 		"onto a fifo": true, "onto a relative symlink": true, "empty": true, "not a tar": true,
+		"sparse bomb": true, "sparse bomb inside": true, "old GNU sparse": true,
 	}
 	for _, c := range hostileArchives() {
 		t.Run(c.name, func(t *testing.T) {
@@ -283,6 +332,9 @@ func TestExtractTarHostile(t *testing.T) {
 			err := extractTar(bytes.NewReader(c.tar), x.fd, "target", &warn)
 			if mustFail[c.name] != (err != nil) {
 				t.Errorf("err = %v", err)
+			}
+			if strings.HasPrefix(c.name, "sparse") && (err == nil || !strings.Contains(err.Error(), "sparse entries are not copied")) {
+				t.Errorf("a sparse entry: %v", err)
 			}
 			if err != nil && c.pre != 0 && c.pre != 3 && !strings.Contains(err.Error(), "symlink") && c.pre != 4 {
 				t.Errorf("the error does not name the symlink: %v", err)
