@@ -260,6 +260,38 @@ func TestSpill(t *testing.T) {
 	}
 }
 
+// TestSpillSymlink: a spill directory reached through a symlink (one a
+// sandbox could plant in its workspace) is refused (125) and nothing is
+// written where it points; the control shows the same directory works
+// when named by its real path.
+func TestSpillSymlink(t *testing.T) {
+	base := t.TempDir()
+	target := filepath.Join(base, "elsewhere")
+	if err := os.Mkdir(target, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ws := filepath.Join(base, "ws")
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, filepath.Join(ws, "out")); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{filepath.Join(ws, "out"), filepath.Join(ws, "out", ".")} {
+		o := testutil.Exec(t, "run", "--json", "--output-limit", "100", "--spill", dir, "--", "seq", "1", "1000")
+		if o.Code != 125 || !strings.Contains(o.Stdout+o.Stderr, "symlink") {
+			t.Errorf("--spill %s: exit %d %q %q", dir, o.Code, o.Stdout, o.Stderr)
+		}
+	}
+	if ents, _ := os.ReadDir(target); len(ents) != 0 {
+		t.Fatalf("written through the symlink: %v", ents)
+	}
+	res := testutil.Run(t, []string{"--output-limit", "100", "--spill", target}, "seq", "1", "1000")
+	if res.OutputFile == "" || filepath.Dir(res.OutputFile) != target {
+		t.Fatalf("control: %+v", res)
+	}
+}
+
 // TestConfigDefaults: an operator's config file sets the limits a call
 // gets when it sets none; flags override it; a bad file is a 125.
 func TestConfigDefaults(t *testing.T) {

@@ -2,6 +2,7 @@ package linux
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -236,9 +237,11 @@ func (c *call) request() (*guest.Exec, error) {
 		return nil, fmt.Errorf("%w: cwd %q is not absolute", sandbox.ErrInvalidSpec, cwd)
 	}
 	if p.SpillDir != "" {
-		if fi, err := os.Stat(p.SpillDir); err != nil || !fi.IsDir() {
-			return nil, fmt.Errorf("%w: spill directory %s is not a directory", sandbox.ErrInvalidSpec, p.SpillDir)
+		fd, err := openSpillDir(p.SpillDir)
+		if err != nil {
+			return nil, fmt.Errorf("%w: spill directory %s: %v", sandbox.ErrInvalidSpec, p.SpillDir, err)
 		}
+		unix.Close(fd)
 	}
 	ex := &guest.Exec{Args: p.Args, Cwd: filepath.Clean(cwd), TTY: p.TTY}
 	if len(p.Secrets) > maxSecrets {
@@ -595,16 +598,59 @@ func copyStdin(w *os.File, in io.Reader) {
 
 // spillFile receives the whole of one captured stream.
 type spillFile struct {
+	dir    int // the spill directory, opened without following symlinks
+	path   string
 	f      *os.File
 	failed bool
 }
 
-func newSpill(dir, name string) (*spillFile, error) {
-	f, err := os.CreateTemp(dir, "moat-*."+name)
-	if err != nil {
-		return nil, fmt.Errorf("spill file: %w", err)
+// openSpillDir opens the spill directory without following a symlink in
+// any component: the directory may lie in a workspace a sandbox wrote, and
+// moat (root) must not be sent to write elsewhere.
+func openSpillDir(dir string) (int, error) {
+	for {
+		fd, err := unix.Openat2(unix.AT_FDCWD, dir, &unix.OpenHow{
+			Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+		})
+		switch {
+		case err == unix.EINTR || err == unix.EAGAIN:
+			continue
+		case err == unix.ELOOP:
+			return -1, errors.New("a component is a symlink (moat does not write through symlinks; give the real path)")
+		case err == unix.ENOTDIR:
+			return -1, errors.New("not a directory")
+		}
+		return fd, err
 	}
-	return &spillFile{f: f}, nil
+}
+
+// newSpill creates a new file of a random name in dir (O_EXCL|O_NOFOLLOW,
+// through the directory's descriptor).
+func newSpill(dir, name string) (*spillFile, error) {
+	dfd, err := openSpillDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("spill file: %s: %w", dir, err)
+	}
+	var rnd [8]byte
+	for range 100 {
+		if _, err := rand.Read(rnd[:]); err != nil {
+			break
+		}
+		base := fmt.Sprintf("moat-%x.%s", rnd, name)
+		fd, err := unix.Openat(dfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if err == unix.EEXIST {
+			continue
+		}
+		if err != nil {
+			unix.Close(dfd)
+			return nil, fmt.Errorf("spill file: %w", err)
+		}
+		p := filepath.Join(dir, base)
+		return &spillFile{dir: dfd, path: p, f: os.NewFile(uintptr(fd), p)}, nil
+	}
+	unix.Close(dfd)
+	return nil, errors.New("spill file: no free name")
 }
 
 // Write never fails the stream: a spill that cannot be written is dropped.
@@ -619,17 +665,17 @@ func (sp *spillFile) Write(p []byte) (int, error) {
 
 // finish closes the file and returns its path when it holds a stream that
 // was truncated in the capture; otherwise (or if writing failed) it is
-// removed.
+// removed, by name in the directory it was made in.
 func (sp *spillFile) finish(keep bool) string {
 	if sp.f == nil {
 		return ""
 	}
-	name := sp.f.Name()
 	err := sp.f.Close()
 	sp.f = nil
+	defer unix.Close(sp.dir)
 	if keep && !sp.failed && err == nil {
-		return name
+		return sp.path
 	}
-	os.Remove(name)
+	_ = unix.Unlinkat(sp.dir, filepath.Base(sp.path), 0)
 	return ""
 }
