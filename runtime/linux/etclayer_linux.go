@@ -5,15 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// etcLayerVersion changes whenever the layer's content rules change.
-const etcLayerVersion = "1"
+// etcLayerVersion changes whenever the layer's content rules change. It
+// is part of the layer's name (etc<version>-<hash>): from version 2 on,
+// layers are leased (see leaseLayer) and collected when unused.
+const etcLayerVersion = "2"
 
 // etcHidden are host /etc entries that never appear inside a sandbox, even
 // though the uid mapping already makes non-world-readable ones unreadable.
@@ -58,7 +63,7 @@ func etcLayer(stateDir, hostname string, uid, gid int, hostDNS bool) (string, er
 	if hostDNS {
 		delete(files, "resolv.conf")
 	}
-	name := contentName("v"+etcLayerVersion, hostname, fmt.Sprint(uid), fmt.Sprint(gid), fmt.Sprint(hostDNS), strings.Join(present, "\x00"))
+	name := "etc" + etcLayerVersion + "-" + contentName("v"+etcLayerVersion, hostname, fmt.Sprint(uid), fmt.Sprint(gid), fmt.Sprint(hostDNS), strings.Join(present, "\x00"))
 	return buildOnce(filepath.Join(stateDir, "etc"), name, func(tmp string) error {
 		for name, content := range files {
 			if err := os.WriteFile(filepath.Join(tmp, name), []byte(content), 0o644); err != nil {
@@ -105,7 +110,7 @@ func buildOnce(parent, name string, build func(dir string) error) (string, error
 	if err := os.Chmod(filepath.Dir(parent), 0o711); err != nil {
 		return "", err
 	}
-	tmp, err := os.MkdirTemp(parent, ".tmp-")
+	tmp, err := os.MkdirTemp(parent, tmpPrefix)
 	if err != nil {
 		return "", err
 	}
@@ -124,4 +129,206 @@ func buildOnce(parent, name string, build func(dir string) error) (string, error
 		return "", err
 	}
 	return dir, nil
+}
+
+// Layer leases. The layers under stateDir/etc and stateDir/layers are
+// keyed by content, and that content includes the sandbox's hostname, so
+// each distinct hostname adds one. A sandbox holds a shared flock on each
+// layer it uses (an open descriptor of the layer's directory) until it
+// ends; a layer is removed only by whoever takes the lock exclusively,
+// which succeeds only when no sandbox, of any moat on the host, uses it.
+// flock locks die with their holder, so a crashed moat's layers become
+// collectable at once. A collector renames the layer out of the way
+// before it deletes it, and a user checks, once it holds its shared lock,
+// that the name still refers to the directory it locked; so a layer is
+// never removed under a sandbox and never used half-removed.
+
+// layerDirs are the directories of stateDir that hold collectable layers.
+var layerDirs = []string{"etc", "layers"}
+
+// leasedKinds are the name prefixes of layers (etc<version>-…,
+// host<version>-…, tmpl<version>-…).
+var leasedKinds = []string{"etc", "host", "tmpl"}
+
+// leased says whether a layer named name is one that every user leases:
+// version 2 or later. An older moat uses its layers (named differently)
+// without a lease, so those are never collected here: they stay until
+// the operator removes them (or a reboot, where /run is a tmpfs).
+func leased(name string) bool {
+	for _, k := range leasedKinds {
+		rest, ok := strings.CutPrefix(name, k)
+		if !ok {
+			continue
+		}
+		v, _, ok := strings.Cut(rest, "-")
+		n, err := strconv.Atoi(v)
+		return ok && err == nil && n >= 2 && strconv.Itoa(n) == v
+	}
+	return false
+}
+
+// deadPrefix names a layer being removed; tmpPrefix one being built.
+const (
+	deadPrefix = ".dead-"
+	tmpPrefix  = ".tmp-"
+	// tmpMaxAge is the age after which a half-built layer counts as
+	// abandoned (its builder died): building one takes milliseconds.
+	tmpMaxAge = time.Minute
+)
+
+// layerLease is a sandbox's shared lock on one layer.
+type layerLease struct {
+	f       *os.File
+	path    string
+	collect bool // try to remove the layer on release
+}
+
+// leaseLayer builds (with get) and locks a layer, shared. A layer removed
+// between get and the lock is built again. With collect, release removes
+// the layer if it is then unused.
+func leaseLayer(collect bool, get func() (string, error)) (*layerLease, error) {
+	for range 8 {
+		path, err := get()
+		if err != nil {
+			return nil, err
+		}
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.ENOENT) {
+			continue // collected since get
+		}
+		if err != nil {
+			return nil, fmt.Errorf("layer %s: %w", path, err)
+		}
+		if err := flockRetry(fd, unix.LOCK_SH); err != nil {
+			unix.Close(fd)
+			return nil, fmt.Errorf("layer %s: lock: %w", path, err)
+		}
+		if samePath(fd, path) {
+			return &layerLease{f: os.NewFile(uintptr(fd), path), path: path, collect: collect}, nil
+		}
+		unix.Close(fd) // collected while we waited for the lock
+	}
+	return nil, fmt.Errorf("layer keeps being removed")
+}
+
+// release drops the lease and, if the lease says so, removes the layer
+// if no sandbox uses it. Safe on nil and more than once.
+func (l *layerLease) release() {
+	if l == nil || l.f == nil {
+		return
+	}
+	l.f.Close()
+	l.f = nil
+	if l.collect {
+		collectLayer(filepath.Dir(l.path), filepath.Base(l.path))
+	}
+}
+
+// flockRetry is flock(2) restarted on EINTR.
+func flockRetry(fd, how int) error {
+	for {
+		err := unix.Flock(fd, how)
+		if err != unix.EINTR {
+			return err
+		}
+	}
+}
+
+// samePath says whether path (not followed) is the directory open as fd.
+func samePath(fd int, path string) bool {
+	var a, b unix.Stat_t
+	if unix.Fstat(fd, &a) != nil || unix.Lstat(path, &b) != nil {
+		return false
+	}
+	return a.Dev == b.Dev && a.Ino == b.Ino
+}
+
+// collectLayer removes parent/name if no sandbox holds it; false if it is
+// in use (or gone).
+func collectLayer(parent, name string) bool {
+	dfd, err := unix.Open(parent, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(dfd)
+	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
+		return false // in use
+	}
+	var a, b unix.Stat_t
+	if unix.Fstat(fd, &a) != nil || unix.Fstatat(dfd, name, &b, unix.AT_SYMLINK_NOFOLLOW) != nil || a.Dev != b.Dev || a.Ino != b.Ino {
+		return false // replaced since we opened it
+	}
+	// Out of the way first: from here on nobody can find it by its name,
+	// and a user that opened it before checks the name and retries.
+	dead := deadPrefix + name + "-" + strconv.FormatUint(rand.Uint64(), 36)
+	if unix.Renameat(dfd, name, dfd, dead) != nil {
+		return false
+	}
+	removeBeneath(dfd, dead)
+	return true
+}
+
+// removeBeneath removes name in the directory parentFD and everything in
+// it, through directory descriptors, never following a symlink (a layer
+// holds none, but nothing here trusts that). Depth is bounded.
+func removeBeneath(parentFD int, name string) {
+	removeAt(parentFD, name, 0)
+}
+
+func removeAt(dirfd int, name string, level int) {
+	if unix.Unlinkat(dirfd, name, 0) == nil || level > 32 {
+		return
+	}
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	f := os.NewFile(uintptr(fd), name)
+	names, _ := f.Readdirnames(-1)
+	for _, n := range names {
+		removeAt(fd, n, level+1)
+	}
+	f.Close()
+	_ = unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR)
+}
+
+// collectLayers removes every layer of stateDir no sandbox uses, and the
+// remains of removals and builds cut short. It returns how many layers it
+// removed.
+func collectLayers(stateDir string) int {
+	n := 0
+	for _, d := range layerDirs {
+		parent := filepath.Join(stateDir, d)
+		ents, err := os.ReadDir(parent)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			name := e.Name()
+			switch {
+			case !e.IsDir():
+			case strings.HasPrefix(name, deadPrefix):
+				if dfd, err := unix.Open(parent, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err == nil {
+					removeBeneath(dfd, name)
+					unix.Close(dfd)
+				}
+			case strings.HasPrefix(name, tmpPrefix):
+				if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > tmpMaxAge {
+					if dfd, err := unix.Open(parent, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err == nil {
+						removeBeneath(dfd, name)
+						unix.Close(dfd)
+					}
+				}
+			case !leased(name):
+			case collectLayer(parent, name):
+				n++
+			}
+		}
+	}
+	return n
 }

@@ -25,7 +25,9 @@ import (
 // sandbox, and nothing is chowned per sandbox.
 
 // baseLayerVersion changes whenever the base layer's content rules change.
-const baseLayerVersion = "1"
+// It is part of the layer's name (<kind><version>-<hash>): from version 2
+// on, layers are leased and collected when unused (see leaseLayer).
+const baseLayerVersion = "2"
 
 // layerFile is one entry of a base layer.
 type layerFile struct {
@@ -157,7 +159,7 @@ func readBeneath(dirFD int, rel string) ([]byte, error) {
 	return b, nil
 }
 
-// cachedLayer returns parent/<kind>-<hash of files>, building it once: in a
+// cachedLayer returns parent/<kind><version>-<hash of files>, building it once: in a
 // temporary directory renamed into place, so a half-built layer is never
 // used. Entries are owned by root (stored id 0) or by the sandbox user
 // (stored id 1000).
@@ -166,7 +168,7 @@ func cachedLayer(parent, kind string, files []layerFile) (string, error) {
 	for _, f := range files {
 		key = append(key, fmt.Sprintf("%s\x00%o\x00%t\x00%s", f.name, uint32(f.mode), f.owned, f.content))
 	}
-	return buildOnce(parent, kind+"-"+contentName(key...), func(dir string) error {
+	return buildOnce(parent, kind+baseLayerVersion+"-"+contentName(key...), func(dir string) error {
 		for _, f := range files {
 			p := filepath.Join(dir, f.name)
 			var err error

@@ -34,6 +34,8 @@ const (
 
 	sandboxUID = 1000
 	sandboxGID = 1000
+	// defaultHostname is a sandbox's hostname when its spec names none.
+	defaultHostname = "sandbox"
 )
 
 // Option configures a Runtime.
@@ -177,6 +179,20 @@ func (r *Runtime) spawnerClient() (*spawnerClient, error) {
 	return r.spawner, nil
 }
 
+// holdSlot gives the spawner a copy of slot's lease, so that it reclaims
+// the slot's cgroups should this process die.
+func (r *Runtime) holdSlot(slot *uidSlot) error {
+	sc, err := r.spawnerClient()
+	if err != nil {
+		return err
+	}
+	if err := sc.hold(slot, r.stateDir); err != nil {
+		return err
+	}
+	slot.holder = sc
+	return nil
+}
+
 // Close stops the runtime's spawner, if it has one.
 //
 // Preconditions: every sandbox of the runtime has ended (their inits are
@@ -241,13 +257,20 @@ func (r *Runtime) sweepInBackground() {
 
 // Reclaim removes what crashed moat processes left on this host: the
 // cgroups of every uid slot no live moat holds (their processes, if any
-// remain, are killed first). Every create also does this; a daemon calls
-// it at start so that nothing of a killed predecessor lingers until then.
-// Sandbox processes, mounts and network namespaces need no reclaiming:
-// each sandbox's init dies with its parent (PDEATHSIG) and takes them with
-// it.
+// remain, are killed first) and the layers no sandbox uses. Every create
+// also does this; a daemon calls it at start. With WithSpawner there is
+// normally nothing left to do: the spawner outlives a killed runtime
+// briefly and reclaims its sandboxes itself (see spawner_linux.go); this
+// catches what it could not (a runtime that died mid-create, a spawner
+// killed with SIGKILL). Sandbox processes, mounts and network namespaces
+// need no reclaiming: each sandbox's init dies with its parent
+// (PDEATHSIG) and takes them with it.
 func (r *Runtime) Reclaim() (int, error) {
-	return sweepCgroups(r.cgroupLayout(), r.stateDir)
+	n, err := sweepCgroups(r.cgroupLayout(), r.stateDir)
+	if m := collectLayers(r.stateDir); m > 0 {
+		r.log.Debug("removed unused layers", "count", m)
+	}
+	return n, err
 }
 
 // Create builds a sandbox and waits until its init reports ready.
@@ -296,7 +319,7 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	}
 	hostname := spec.Hostname
 	if hostname == "" {
-		hostname = "sandbox"
+		hostname = defaultHostname
 	}
 	if err := validHostname(hostname); err != nil {
 		return nil, err
@@ -355,6 +378,13 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	}
 	cu.add(slot.release)
 	base := slot.hostBase()
+	if r.useSpawner {
+		// The spawner keeps the lease, and reclaims the slot's cgroups,
+		// should this process die.
+		if err := r.holdSlot(slot); err != nil {
+			return nil, &sandbox.SetupError{Stage: "uid range", Err: err}
+		}
+	}
 
 	ids := &idmapCache{start: r.startChild, sandboxUID: base + sandboxUID, sandboxGID: base + sandboxGID}
 	defer ids.close()
@@ -397,7 +427,10 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 		pr.templateFD = int(layerFiles[len(layerFiles)-1].Fd())
 	}
 	go func() { preps <- r.prepare(pr) }()
-	var prep *prepared
+	var (
+		prep *prepared
+		proc *child
+	)
 	defer func() {
 		if prep == nil {
 			prep = <-preps
@@ -408,6 +441,12 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 			if prep.scratch != nil {
 				prep.scratch.Close()
 			}
+			// Not before the init (killed by cu) is gone.
+			if p := proc; p != nil {
+				go func() { <-p.exited; prep.releaseLayers() }()
+			} else {
+				prep.releaseLayers()
+			}
 		}
 	}()
 
@@ -417,7 +456,7 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	if netMode == sandbox.NetOpen {
 		cloneNS &^= unix.CLONE_NEWNET
 	}
-	proc, err := r.startChild([]string{"moat", InitArg}, []*os.File{devNull, devNull, errW, agentSock},
+	proc, err = r.startChild([]string{"moat", InitArg}, []*os.File{devNull, devNull, errW, agentSock},
 		&syscall.SysProcAttr{
 			// The cgroup namespace is made by the init itself once the
 			// host has moved it into its cgroup (v1 has no clone into a
@@ -469,6 +508,7 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	sb.created = created
 	sb.netMode, sb.egress = netMode, egress
 	sb.scratch, sb.layers, sb.limits, sb.root = prep.scratch, layerFiles, limits, root
+	sb.leases = prep.leases
 	sb.env, sb.workdir = spec.Env, workdir
 	if egress != nil {
 		go func() {
@@ -555,8 +595,17 @@ type prepared struct {
 	seccomp   []byte
 	etcLayer  string
 	baseLayer string
+	leases    []*layerLease // on etcLayer and baseLayer, held while the sandbox lives
 	scratch   *os.File
 	err       error
+}
+
+// releaseLayers drops the leases on the layers (see layerLease).
+func (p *prepared) releaseLayers() {
+	for _, l := range p.leases {
+		l.release()
+	}
+	p.leases = nil
 }
 
 // prepRequest is what prepare needs to know.
@@ -586,6 +635,7 @@ func (r *Runtime) prepare(q prepRequest) *prepared {
 	fail := func(stage string, err error) *prepared {
 		closeFDs(p.cgFDs)
 		p.cg.destroy()
+		p.releaseLayers()
 		if p.scratch != nil {
 			p.scratch.Close()
 		}
@@ -600,17 +650,32 @@ func (r *Runtime) prepare(q prepRequest) *prepared {
 	}
 	p.seccomp = encodeBPF(prog)
 	hostDNS := q.netMode == sandbox.NetOpen
+	// Each layer is leased for the sandbox's life. The /etc layer and a
+	// template's base layer exist per hostname: when the sandbox ends, the
+	// one of a hostname of its own is removed unless another sandbox uses
+	// it. The few layers every sandbox shares (the default hostname's, the
+	// host template's base) are kept for the next sandbox; Reclaim
+	// removes those too when unused.
+	perHost := q.hostname != defaultHostname
 	if q.root.Host {
-		if p.etcLayer, err = etcLayer(r.stateDir, q.hostname, sandboxUID, sandboxGID, hostDNS); err != nil {
+		l, err := leaseLayer(perHost, func() (string, error) {
+			return etcLayer(r.stateDir, q.hostname, sandboxUID, sandboxGID, hostDNS)
+		})
+		if err != nil {
 			return fail("etc layer", err)
 		}
-		p.baseLayer, err = hostBaseLayer(r.stateDir)
-	} else {
-		p.baseLayer, err = templateBaseLayer(r.stateDir, q.templateFD, q.hostname, hostDNS)
+		p.etcLayer, p.leases = l.path, append(p.leases, l)
 	}
+	l, err := leaseLayer(perHost && !q.root.Host, func() (string, error) {
+		if q.root.Host {
+			return hostBaseLayer(r.stateDir)
+		}
+		return templateBaseLayer(r.stateDir, q.templateFD, q.hostname, hostDNS)
+	})
 	if err != nil {
 		return fail("base layer", err)
 	}
+	p.baseLayer, p.leases = l.path, append(p.leases, l)
 	if p.scratch, err = newScratch(q.limits.DiskBytes, q.base); err != nil {
 		return fail("scratch tmpfs", err)
 	}

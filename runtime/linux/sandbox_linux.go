@@ -40,6 +40,7 @@ type linuxSandbox struct {
 	egress      sandbox.Egress // proxy mode: closed at Shutdown
 	scratch     *os.File       // the scratch tmpfs (upper layer), detached or the sandbox's
 	layers      []*os.File     // the spec's root layers, flock'd shared until Shutdown
+	leases      []*layerLease  // the runtime's layers (/etc, base), until the init is gone
 	limits      sandbox.Limits // in force
 	root        *sandbox.RootFS
 	env         []string     // Spec.Env
@@ -297,6 +298,18 @@ func (s *linuxSandbox) Shutdown(ctx context.Context) error {
 			s.scratch.Close()
 		}
 		closeFiles(s.layers)
+		// An unused layer is removed: never under a live overlay.
+		release := func() {
+			for _, l := range s.leases {
+				l.release()
+			}
+		}
+		select {
+		case <-s.exited:
+			release()
+		default:
+			go func() { <-s.exited; release() }()
+		}
 		s.r.log.Debug("sandbox removed", "sandbox", s.id, "cgroup_removal", time.Since(t0).String())
 		s.slot.release()
 	})

@@ -6,9 +6,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -32,7 +36,31 @@ import (
 // order, with a spawnMessage carrying the child's pid and a pidfd (or the
 // error), and later sends a spawnMessage with Exited set when it reaps
 // the child. The spawner is the children's parent: their parent-death
-// signal fires when it dies, and it dies with the runtime's process.
+// signal fires when it dies.
+//
+// Reclaim: the runtime also hands the spawner a copy of each sandbox's uid
+// slot lease (a "hold": the lease's open file description, whose OFD lock
+// stays held while either process keeps it) and takes it back ("release")
+// once it has removed the sandbox's cgroups itself. When the runtime's
+// process dies (the socket reads end of file, or the parent-death signal,
+// SIGTERM, arrives) the spawner does what the runtime can no longer do:
+// it kills its children (each init's pid namespace dies with it), waits
+// for them, removes the cgroups of the slots it holds (deepest first),
+// drops the leases, removes the layers no sandbox uses any more, and
+// exits; all within reclaimLimit. It touches only the cgroups of slots
+// whose lease it holds, so never those of another moat: no other process
+// can lease those slots meanwhile.
+
+// Ops of a spawnRequest that are not starts (and get no answer).
+const (
+	opHold    = "hold"
+	opRelease = "release"
+)
+
+// reclaimLimit bounds the spawner's reclaim after the runtime died; past
+// it the spawner exits anyway (its children die with it; cgroups left are
+// reclaimed by the next moat).
+const reclaimLimit = 5 * time.Second
 
 // SpawnerArg is argv[1] of a moat binary re-executed as the spawner.
 const SpawnerArg = "__moat_spawner"
@@ -46,6 +74,13 @@ func IsSpawner() bool { return len(os.Args) > 1 && os.Args[1] == SpawnerArg }
 // spawnRequest is one child to start: the fields of syscall.SysProcAttr
 // the runtime uses, and argv; the descriptors come with the packet.
 type spawnRequest struct {
+	// Op is "" (start a child), opHold or opRelease.
+	Op string `json:"op,omitempty"`
+	// Slot and StateDir are a hold's or a release's uid slot and the
+	// runtime's state directory; a hold's descriptor is the lease.
+	Slot     int    `json:"slot,omitempty"`
+	StateDir string `json:"state_dir,omitempty"`
+
 	Argv        []string               `json:"argv"`
 	Cloneflags  uintptr                `json:"cloneflags"`
 	UIDMappings []syscall.SysProcIDMap `json:"uid_mappings,omitempty"`
@@ -99,7 +134,7 @@ func Spawner() {
 		fmt.Fprintln(os.Stderr, "moat spawner:", err)
 		os.Exit(1)
 	}
-	s := &spawnerServer{conn: sock}
+	s := &spawnerServer{conn: sock, kids: map[int]bool{}, holds: map[int]int{}}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, unix.SIGCHLD)
 	go func() {
@@ -107,11 +142,19 @@ func Spawner() {
 			s.reap()
 		}
 	}()
+	// SIGTERM is the parent-death signal: the runtime died. (No signal
+	// is ignored here: an ignored signal would stay ignored in the
+	// children.)
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, unix.SIGTERM)
+	go func() {
+		<-term
+		s.reclaim()
+	}()
 	if err := s.serve(); err != nil {
 		fmt.Fprintln(os.Stderr, "moat spawner:", err)
-		os.Exit(1)
 	}
-	os.Exit(0)
+	s.reclaim()
 }
 
 // spawnerServer is the spawner's side. mu is held around each fork and
@@ -121,6 +164,12 @@ func Spawner() {
 type spawnerServer struct {
 	conn *guest.Conn
 	mu   sync.Mutex
+
+	// Under mu:
+	kids     map[int]bool // started, not yet reaped
+	holds    map[int]int  // uid slot → the runtime's lease on it
+	stateDir string
+	lost     bool // the runtime no longer reads
 }
 
 func (s *spawnerServer) serve() error {
@@ -133,10 +182,164 @@ func (s *spawnerServer) serve() error {
 		if err != nil {
 			return err
 		}
+		switch q.Op {
+		case opHold:
+			s.hold(&q, fds)
+			continue
+		case opRelease:
+			closeFDs(fds)
+			s.release(q.Slot)
+			continue
+		}
 		err = s.spawn(&q, fds)
 		closeFDs(fds)
 		if err != nil {
 			return err
+		}
+	}
+}
+
+// hold keeps fds[0], the runtime's lease on slot q.Slot.
+func (s *spawnerServer) hold(q *spawnRequest, fds []int) {
+	if len(fds) != 1 || q.Slot < 0 || q.Slot >= uidSlots {
+		closeFDs(fds)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old, ok := s.holds[q.Slot]; ok {
+		unix.Close(old)
+	}
+	s.holds[q.Slot] = fds[0]
+	if q.StateDir != "" {
+		s.stateDir = q.StateDir
+	}
+}
+
+// release drops the lease on slot: the runtime has removed its cgroups.
+func (s *spawnerServer) release(slot int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if fd, ok := s.holds[slot]; ok {
+		unix.Close(fd)
+		delete(s.holds, slot)
+	}
+}
+
+// reclaim ends the spawner once the runtime is gone: see the package
+// comment above. It never returns; concurrent callers wait for the first.
+func (s *spawnerServer) reclaim() {
+	start := time.Now()
+	time.AfterFunc(reclaimLimit, func() {
+		fmt.Fprintln(os.Stderr, "moat spawner: reclaim cut short after", reclaimLimit)
+		os.Exit(1)
+	})
+	s.mu.Lock() // for good: no more starts or reaping by reap
+	var layout *cgroupLayout
+	if len(s.holds) > 0 {
+		layout = findCgroups()
+	}
+	// A frozen process does not die of SIGKILL until thawed.
+	for slot := range s.holds {
+		thawV1(layout.paths(slot))
+	}
+	// The children are unreaped (reaping needs mu), so their pids are
+	// theirs. An init's death ends every process of its pid namespace
+	// before the init can be reaped.
+	for pid := range s.kids {
+		_ = unix.Kill(pid, unix.SIGKILL)
+	}
+	for len(s.kids) > 0 {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			break
+		}
+		delete(s.kids, pid)
+	}
+	deadline := start.Add(reclaimLimit - 500*time.Millisecond)
+	for slot, fd := range s.holds {
+		for c, mnt := range layout.mounts {
+			if err := removeSlotCgroup(mnt, slot, deadline); err != nil {
+				fmt.Fprintf(os.Stderr, "moat spawner: remove %s cgroup of slot %d: %v\n", c, slot, err)
+			}
+		}
+		unix.Close(fd)
+	}
+	if s.stateDir != "" {
+		collectLayers(s.stateDir)
+	}
+	os.Exit(0)
+}
+
+// removeSlotCgroup removes the cgroup of slot under mnt (a hierarchy's
+// mount point), its child cgroups (the calls') first, through directory
+// descriptors on the host's cgroup filesystem. Processes found in it (none
+// once the slot's init is reaped, unless the cgroup holds some that never
+// were its) are killed; a cgroup still busy is retried until deadline.
+func removeSlotCgroup(mnt string, slot int, deadline time.Time) error {
+	pfd, err := unix.Open(filepath.Join(mnt, cgroupParent), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pfd)
+	return removeCgroupAt(pfd, strconv.Itoa(slot), deadline, 0)
+}
+
+func removeCgroupAt(dirfd int, name string, deadline time.Time, level int) error {
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0); err == nil && level < 4 {
+		f := os.NewFile(uintptr(dup), name)
+		ents, _ := f.ReadDir(-1)
+		f.Close()
+		for _, e := range ents {
+			if e.IsDir() {
+				if err := removeCgroupAt(fd, e.Name(), deadline, level+1); err != nil {
+					return err
+				}
+			}
+		}
+	} else if err == nil {
+		unix.Close(dup)
+	}
+	for {
+		err := unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR)
+		if err == nil || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+			return err
+		}
+		killProcsAt(fd)
+		time.Sleep(time.Millisecond) // an exiting task leaves the cgroup shortly
+	}
+}
+
+// killProcsAt SIGKILLs the processes listed in the cgroup open as fd.
+func killProcsAt(fd int) {
+	pfd, err := unix.Openat(fd, "cgroup.procs", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	f := os.NewFile(uintptr(pfd), "cgroup.procs")
+	defer f.Close()
+	b, _ := io.ReadAll(io.LimitReader(f, 1<<20))
+	for _, w := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(w); err == nil && pid > 0 {
+			_ = unix.Kill(pid, unix.SIGKILL)
 		}
 	}
 }
@@ -166,6 +369,7 @@ func (s *spawnerServer) spawn(q *spawnRequest, fds []int) error {
 		return s.conn.SendValue("spawn", failure("pidfd_open: ", err))
 	}
 	defer unix.Close(pidfd)
+	s.kids[pid] = true
 	return s.conn.SendValue("spawn", &spawnMessage{Pid: pid}, pidfd)
 }
 
@@ -192,9 +396,13 @@ func (s *spawnerServer) reap() {
 		if err != nil || pid <= 0 {
 			return
 		}
+		delete(s.kids, pid)
+		if s.lost {
+			continue
+		}
 		if err := s.conn.SendValue("exit", &spawnMessage{Pid: pid, Exited: true, Status: uint32(ws)}); err != nil {
-			// The runtime is gone; the children die with this process.
-			os.Exit(0)
+			// The runtime is gone: serve reads the end and reclaims.
+			s.lost = true
 		}
 	}
 }
@@ -238,7 +446,9 @@ func startSpawner(initPath string) (*spawnerClient, error) {
 			return
 		}
 		c, err := startChild(initPath, []string{"moat", SpawnerArg}, []*os.File{devNull, devNull, os.Stderr, peer},
-			&syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL})
+			// SIGTERM, not SIGKILL: the spawner reclaims what the
+			// runtime's sandboxes hold before it exits.
+			&syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM})
 		devNull.Close()
 		done <- started{c, err}
 		if err == nil {
@@ -254,6 +464,32 @@ func startSpawner(initPath string) (*spawnerClient, error) {
 	sc := &spawnerClient{conn: guest.NewConn(host), proc: st.c, kids: map[int]*child{}}
 	go sc.read()
 	return sc, nil
+}
+
+// hold hands the spawner a copy of slot's lease (see the package comment
+// above); the spawner keeps it until release.
+func (sc *spawnerClient) hold(slot *uidSlot, stateDir string) error {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.dead != nil {
+		return sc.dead
+	}
+	q := spawnRequest{Op: opHold, Slot: slot.slot, StateDir: stateDir}
+	if err := sc.conn.SendValue("hold", &q, int(slot.f.Fd())); err != nil {
+		return fmt.Errorf("spawner: %w", err)
+	}
+	runtime.KeepAlive(slot.f)
+	return nil
+}
+
+// release takes slot back from the spawner: the runtime removed its
+// cgroups itself.
+func (sc *spawnerClient) release(slot int) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.dead == nil {
+		_ = sc.conn.SendValue("release", &spawnRequest{Op: opRelease, Slot: slot})
+	}
 }
 
 // start asks the spawner to start argv with files as its descriptors

@@ -208,3 +208,103 @@ func TestSpawnerDeathEndsSandboxes(t *testing.T) {
 		t.Fatalf("exec after restart: %v %+v", err, res)
 	}
 }
+
+// TestSpawnerReclaimsItsSlotsOnly: a spawner whose runtime is gone (it
+// gets SIGTERM, its parent-death signal, when the runtime's process dies)
+// ends its sandboxes, a frozen one included, and removes their cgroups
+// (the calls' too) itself, before anyone calls Shutdown; the sandboxes of another runtime on the host, and their
+// cgroups and layers, are untouched. Control: the cgroups existed.
+func TestSpawnerReclaimsItsSlotsOnly(t *testing.T) {
+	r1 := newSpawnerRuntime(t)
+	r2 := newSpawnerRuntime(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	prefix := "reclaim-" + strconv.FormatUint(uint64(os.Getpid()), 36) + "-"
+	t.Cleanup(func() {
+		for _, p := range etcLayersOf(r1.stateDir, prefix) {
+			_ = os.RemoveAll(p)
+		}
+	})
+
+	var mine []*linuxSandbox
+	var dirs []string
+	for i := range 3 {
+		sb, err := r1.Create(ctx, &sandbox.Spec{Hostname: prefix + strconv.Itoa(i), Limits: sandbox.Limits{Pids: 64}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sb.Shutdown(context.Background())
+		ls := sb.(*linuxSandbox)
+		mine = append(mine, ls)
+		// A call running at the end, in a cgroup of its own.
+		if _, err := ls.Start(ctx, &sandbox.Process{Args: []string{"sleep", "1000"}}); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range ls.cg.paths {
+			dirs = append(dirs, p)
+		}
+		calls, _ := os.ReadDir(ls.cg.paths["pids"])
+		for _, c := range calls {
+			if c.IsDir() && strings.HasPrefix(c.Name(), "call-") {
+				dirs = append(dirs, ls.cg.paths["pids"]+"/"+c.Name())
+			}
+		}
+	}
+	other, err := r2.Create(ctx, &sandbox.Spec{Hostname: prefix + "other", Limits: sandbox.Limits{Pids: 64}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Shutdown(context.Background())
+	for _, d := range dirs {
+		if _, err := os.Stat(d); err != nil {
+			t.Fatalf("control: cgroup %s of a live sandbox: %v", d, err)
+		}
+	}
+	if len(dirs) < 3*len(v1Controllers)+3 {
+		t.Fatalf("control: %d cgroup directories for 3 sandboxes with a call each", len(dirs))
+	}
+	if got := len(etcLayersOf(r1.stateDir, prefix)); got != 4 {
+		t.Fatalf("control: %d /etc layers for 4 hostnames", got)
+	}
+	if err := mine[0].cg.freeze(true); err != nil && !errors.Is(err, sandbox.ErrNoFreezer) {
+		t.Fatal(err)
+	}
+
+	sp := r1.spawner.proc
+	if err := syscall.Kill(sp.pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sp.exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the spawner did not exit on SIGTERM")
+	}
+	for _, sb := range mine {
+		<-sb.Done()
+	}
+	// Nothing of r1's sandboxes is left though r1 has not shut them down.
+	for _, d := range dirs {
+		if _, err := os.Stat(d); err == nil {
+			t.Errorf("cgroup %s outlived its spawner", d)
+		}
+	}
+	// (r1's process, alive here, still holds its sandboxes' layers: the
+	// spawner's collection of them after a real crash is checked by
+	// cmd/moat's TestServeKilledLeavesNothing.)
+	for _, sb := range mine {
+		_ = sb.Shutdown(context.Background())
+	}
+	if got := etcLayersOf(r1.stateDir, prefix); len(got) != 1 || got[prefix+"other"] == "" {
+		t.Errorf("/etc layers after the spawner's reclaim: %v, want only the other runtime's", got)
+	}
+	// The other runtime's sandbox lives on, in its cgroup.
+	for _, p := range other.(*linuxSandbox).cg.paths {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("the other runtime's cgroup %s: %v", p, err)
+		}
+	}
+	res, err := other.Exec(ctx, &sandbox.Process{Args: []string{"cat", "/etc/hostname"}})
+	if err != nil || res.Stdout != prefix+"other\n" {
+		t.Fatalf("the other runtime's sandbox: %+v %v", res, err)
+	}
+}

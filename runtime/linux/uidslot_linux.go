@@ -26,14 +26,27 @@ const (
 type uidSlot struct {
 	f    *os.File
 	slot int
+	// holder is the spawner that holds a copy of the lease, if any; it
+	// is told to drop it on release.
+	holder *spawnerClient
 }
 
 // hostBase is the host uid that uid 0 of the sandbox maps to.
 func (s *uidSlot) hostBase() uint32 { return uint32(uidBase + s.slot*uidsPer) }
 
+// release drops the lease (the OFD lock goes with the last descriptor of
+// it, the spawner's copy included). Call once the slot's cgroups are gone.
 func (s *uidSlot) release() {
-	if s != nil && s.f != nil {
+	if s == nil {
+		return
+	}
+	if s.holder != nil {
+		s.holder.release(s.slot)
+		s.holder = nil
+	}
+	if s.f != nil {
 		s.f.Close() // drops the OFD lock
+		s.f = nil
 	}
 }
 
