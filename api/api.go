@@ -256,6 +256,9 @@ type Event struct {
 	Seq     uint64 `json:"seq"`
 	Type    string `json:"type"`
 	Process uint64 `json:"process,omitempty"`
+	// LostBytes is, in a lost event, how many bytes of output were
+	// dropped before the next event.
+	LostBytes int64 `json:"lost_bytes,omitempty"`
 	// Text carries output that is valid UTF-8; Data (base64) any other.
 	Text   string          `json:"text,omitempty"`
 	Data   []byte          `json:"data,omitempty"`

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -19,10 +20,10 @@ const (
 	CodeGone             = "gone"                // 410: the sandbox or process has ended
 	CodeTooLarge         = "too_large"           // 413: request, file or archive over its cap
 	CodeUnsupportedMedia = "unsupported_media"   // 415: body is not JSON where JSON is required
-	CodeTooMany          = "resource_exhausted"  // 429: tenant or server sandbox quota reached
+	CodeTooMany          = "resource_exhausted"  // 429: a quota or rate limit reached; 503 with Resource: the daemon lacks a resource
 	CodeInternal         = "internal"            // 500: a fault of moat (never for bad input)
 	CodeSetup            = "setup_failed"        // 500: the sandbox could not be set up
-	CodeUnavailable      = "unavailable"         // 503: the server is shutting down
+	CodeUnavailable      = "unavailable"         // 503: the server is shutting down, or its store or audit tape cannot write
 	CodeFile             = "file_error"          // 4xx: a file operation failed inside the sandbox (see Errno)
 	CodeNotRunning       = "sandbox_not_running" // 409: the sandbox is not running
 	CodeUnimplemented    = "unimplemented"       // 501: the server cannot do this here
@@ -30,7 +31,9 @@ const (
 )
 
 // CodeStorage (507): a snapshot would take its tenant's snapshots past
-// their store quota.
+// their store quota, or the daemon's data disk is full (the message names
+// the path): the call is refused before it runs, or, if it ran, its record
+// is not yet on disk (see Error.Result).
 const CodeStorage = "insufficient_storage"
 
 // Error is the body of every failed call: HTTP answers it as JSON with the
@@ -48,6 +51,33 @@ type Error struct {
 	Rule     string `json:"rule,omitempty"`
 	Source   string `json:"source,omitempty"`
 	Approval string `json:"approval,omitempty"`
+	// Result is, for an exec or start answered insufficient_storage or
+	// unavailable after it ran (its record could not be written: the
+	// daemon keeps it in memory until the disk takes it), what the call
+	// would have answered: the exec's result, the started process.
+	Result json.RawMessage `json:"result,omitempty"`
+	// Resource names what the daemon itself ran out of, for a
+	// resource_exhausted answered 503 (ResourceOpenFiles);
+	// a quota or rate limit (429) leaves it empty.
+	Resource string `json:"resource,omitempty"`
+}
+
+// Resources of the daemon a resource_exhausted names (503): not the
+// caller's share, the daemon's own limit.
+const (
+	// ResourceOpenFiles: the daemon is out of file descriptors (EMFILE:
+	// its RLIMIT_NOFILE; ENFILE: the system's fs.file-max).
+	ResourceOpenFiles = "open_files"
+	// ResourceConnections: the client's address holds as many open
+	// connections as the daemon allows one address (the connection is
+	// refused before any request is read).
+	ResourceConnections = "connections"
+)
+
+// Exhausted returns the 503 resource_exhausted of a resource of the
+// daemon.
+func Exhausted(resource, format string, args ...any) *Error {
+	return &Error{Code: CodeTooMany, Resource: resource, Message: fmt.Sprintf(format, args...)}
 }
 
 func (e *Error) Error() string {
@@ -101,6 +131,11 @@ func HTTPStatus(e *Error) int {
 	case CodeUnsupportedMedia:
 		return http.StatusUnsupportedMediaType
 	case CodeTooMany:
+		if e.Resource != "" {
+			// The daemon's own resource: not the caller's fault, retry
+			// later or elsewhere.
+			return http.StatusServiceUnavailable
+		}
 		return http.StatusTooManyRequests
 	case CodeUnavailable:
 		return http.StatusServiceUnavailable

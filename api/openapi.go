@@ -537,6 +537,9 @@ func errorStatuses() []int {
 			continue
 		}
 		set[HTTPStatus(&Error{Code: c})] = true
+		if c == CodeTooMany {
+			set[HTTPStatus(&Error{Code: c, Resource: ResourceOpenFiles})] = true
+		}
 	}
 	var out []int
 	for s := range set {
@@ -577,6 +580,9 @@ func errorResponses() object {
 			if HTTPStatus(&Error{Code: c}) == st {
 				codes = append(codes, c)
 			}
+			if c == CodeTooMany && HTTPStatus(&Error{Code: c, Resource: ResourceOpenFiles}) == st {
+				codes = append(codes, fmt.Sprintf("%s (with resource, e.g. %s: the daemon's own)", c, ResourceOpenFiles))
+			}
 		}
 		r := object{
 			{"description", fmt.Sprintf("%s: %s.", http.StatusText(st), strings.Join(codes, "; "))},
@@ -584,6 +590,12 @@ func errorResponses() object {
 		if st == http.StatusUnauthorized {
 			r.set("headers", object{{"WWW-Authenticate", object{
 				{"description", `Bearer realm="moat"`}, {"schema", object{{"type", "string"}}},
+			}}})
+		}
+		if st == http.StatusTooManyRequests {
+			r.set("headers", object{{"Retry-After", object{
+				{"description", "Seconds to wait: set when a source is over its rate of failed authentications."},
+				{"schema", object{{"type", "integer"}}},
 			}}})
 		}
 		r.set("content", object{{"application/json", object{{"schema", ref("Error")}}}})
@@ -594,7 +606,9 @@ func errorResponses() object {
 
 // opStatuses are the error statuses an operation may answer.
 func opStatuses(op Op) []int {
-	set := map[int]bool{400: true, 401: true, 408: true, 500: true}
+	// 429: a source over its rate of failed authentications; 503: the
+	// daemon out of a resource of its own (open files).
+	set := map[int]bool{400: true, 401: true, 408: true, 429: true, 500: true, 503: true}
 	add := func(s ...int) {
 		for _, x := range s {
 			set[x] = true
@@ -624,6 +638,14 @@ func opStatuses(op Op) []int {
 	}
 	if strings.HasPrefix(op.Name, "file.") {
 		add(403, 404, 409, 413) // file_error
+	}
+	switch op.Name {
+	case OpSandboxCreate, OpExec, OpStart, OpStdin, OpFileWrite, OpFileMkdir, OpFileRemove, OpFileMove, OpFileUpload,
+		OpSnapshotCreate, OpSnapshotFork, OpSandboxRestore:
+		// New work: insufficient_storage while the daemon's data disk is
+		// full (refused before it runs; or, for exec and start, ran but not
+		// yet recorded: the error's result holds what it answered).
+		add(507)
 	}
 	switch op.Name {
 	case OpSandboxCreate:
@@ -915,7 +937,7 @@ var fieldDocs = map[string]string{
 	"Exec.timeout_ms":                "Ends the process after this long (exit 124); 0 or absent: no timeout of its own.",
 	"Exec.stdin":                     "The process's whole standard input (process.exec only; process.start refuses it: use process.stdin).",
 	"Exec.stdin_base64":              "The same as stdin for bytes that are not UTF-8; wins over stdin.",
-	"Exec.output_limit":              "process.exec: the cap of each captured stream. process.start: how much of the output is kept for process.output readers (default: the server's output buffer, default buffer 1 MiB; at most 4 times the buffer).",
+	"Exec.output_limit":              "process.exec: the cap of each captured stream (default 2,000,000 bytes). process.start: how much of the output is kept for process.output readers (default: the server's output buffer, default buffer 1 MiB; at most 4 times the buffer). Above the server's maximum ([output] max_limit, 8 MiB by default): 400 invalid_argument naming the maximum. What the daemon holds is also bounded by its output memory budget, in all and per tenant: past it an exec's capture keeps less (truncated) and a background process's oldest output is dropped (a lost event).",
 	"Exec.stream":                    "process.exec only: answer with an NDJSON event stream while the process runs.",
 	"Exec.concurrent":                "Let this exec run beside another running exec in the same sandbox; otherwise the second one is refused (409 busy).",
 	"ProcessRef.timeout_ms":          "process.wait: answer after this long with the process still running; 0 or absent waits as long as the sandbox lives (at most the server's maximum timeout).",
@@ -924,6 +946,7 @@ var fieldDocs = map[string]string{
 	"Stdin.eof":                      "Close the process's standard input after the data.",
 	"Signal.signal":                  "A name (\"TERM\", \"SIGKILL\", \"sigint\") or a number (\"15\"); it goes to the process's group.",
 	"Event.process":                  "The process's id (process.output).",
+	"Event.lost_bytes":               "In a lost event: how many bytes of output were dropped before the next event (counted from the start of the output when the reader resumed after output already dropped).",
 	"Event.text":                     "Output that is valid UTF-8.",
 	"Event.data":                     "Output that is not valid UTF-8, base64.",
 	"Event.result":                   "The process's result (exit event).",
@@ -966,6 +989,8 @@ var fieldDocs = map[string]string{
 	"Error.rule":                     "policy_denied: the rule that decided (deny Read(~/.ssh/**), builtin: credentials ...).",
 	"Error.source":                   "policy_denied: where the rule is written: \"user ~/.config/moat/policy.toml:3\", \"per-call exec deny[0]\", \"builtin\".",
 	"Error.approval":                 "policy_denied after an ask: the approval that was denied or expired.",
+	"Error.resource":                 "resource_exhausted answered 503: what the daemon itself ran out of (open_files); empty for a quota or rate limit (429).",
+	"Error.result":                   "insufficient_storage or unavailable from an exec or start that ran but whose record is not yet on disk (the daemon keeps it in memory until the disk takes it): what the call would have answered (the exec's result, the started process).",
 	"SandboxPolicy.restrictions":     "How many paths the policy hides or makes read-only in the sandbox.",
 	"SandboxPolicy.unenforced":       "What only the daemon's decisions enforce (not the kernel), one line each.",
 	"SandboxPolicy.created":          "Host entries created so they could be protected (the empty directory of a submodule that had none).",
@@ -1043,4 +1068,4 @@ The human reference is docs/API.md.
 
 **Errors.** Every error is an Error object (code, message, errno for file_error; rule, source, approval for policy_denied) with the HTTP status of its code. An error after a stream has begun arrives as its last event (type error).
 
-**JSON-RPC 2.0 over stdio** (` + "`moat serve --stdio`" + `): one JSON value per line in each direction, no token (the caller is the local user). The method is the operationId (x-jsonrpc.method), the params are the request body with the path fields included (x-jsonrpc.params: e.g. {"sandbox": "…", "process": 3}), and the result is the answer (x-jsonrpc.result). Raw bodies travel base64-encoded in a "content" field: file.write and file.upload take a WriteFile, file.read and file.download return a FileContent. Stream events (process.exec with stream=true, process.output) arrive before the response as notifications {"jsonrpc": "2.0", "method": "process.event", "params": {"id": <request id>, "event": Event}}. A failed call is a JSON-RPC error with code -32602 for invalid_argument and -32000 for every other error, its data the Error object; -32700, -32600 and -32601 keep their standard meanings. Requests run concurrently and may be answered out of order; batches are accepted. The notification {"jsonrpc": "2.0", "method": "` + RPCCancel + `", "params": {"id": <request id>}} cancels a request in flight (a cancelled process.exec kills its process).`
+**JSON-RPC 2.0 over stdio** (` + "`moat serve --stdio`" + `): one JSON value per line in each direction, no token (the caller is the local user). The method is the operationId (x-jsonrpc.method), the params are the request body with the path fields included (x-jsonrpc.params: e.g. {"sandbox": "…", "process": 3}), and the result is the answer (x-jsonrpc.result). Raw bodies travel base64-encoded in a "content" field: file.write and file.upload take a WriteFile, file.read and file.download return a FileContent. Stream events (process.exec with stream=true, process.output) arrive before the response as notifications {"jsonrpc": "2.0", "method": "process.event", "params": {"id": <request id>, "event": Event}}. A failed call is a JSON-RPC error with code -32602 for invalid_argument, -32603 for internal and -32000 for every other error, its data the Error object; -32700 (not JSON), -32600 (JSON that is not a Request object, answered with its id when the id can be read), -32601 and -32602 keep their standard meanings. Requests run concurrently and may be answered out of order; batches are accepted. The notification {"jsonrpc": "2.0", "method": "` + RPCCancel + `", "params": {"id": <request id>}} cancels a request in flight (a cancelled process.exec kills its process).`

@@ -44,6 +44,11 @@ type Defaults struct {
 	// together (allocated bytes: a sparse file's holes cost nothing); 0
 	// means the daemon's default (10 GiB).
 	SnapshotQuota int64
+	// Output bounds the output the daemon holds (see OutputDefaults).
+	Output Output
+	// API bounds what HTTP clients may cost the daemon (the [api]
+	// section).
+	API API
 	// Pools are the daemon's warm pools.
 	Pools []Pool
 	// Source is the file the values came from ("" for built-ins).
@@ -56,6 +61,87 @@ type Pool struct {
 	Template string
 	Profile  string
 	Size     int
+}
+
+// Output bounds what `moat serve` spends on the output of calls: memory
+// for captures in progress and the kept output of background processes,
+// disk for the captures it keeps after the call, and how long it keeps
+// them (the [output] section).
+type Output struct {
+	// MaxLimit is the largest output_limit a call may ask (per stream);
+	// above it the call is refused (400).
+	MaxLimit int
+	// MemoryBudget caps the bytes of output held in memory by the whole
+	// daemon, TenantMemoryBudget by one tenant. Past either, a capture
+	// spills the rest of its stream to disk and a background process's
+	// kept output drops its oldest chunks (a lost event).
+	MemoryBudget, TenantMemoryBudget int64
+	// TenantDiskQuota caps the bytes of one tenant's output files (kept
+	// captures and spills) under <data>/output.
+	TenantDiskQuota int64
+	// Retention is how long output files are kept; 0 keeps none (the
+	// store's row still has the counts and a preview).
+	Retention time.Duration
+}
+
+// Defaults of the [output] section, sized for a daemon host of 16 to 32
+// GiB: the daemon's output memory stays near 1 GiB (its heap, with Go's
+// collector, then below about 2 GiB) whatever callers do; one tenant's
+// share is a quarter of it, so four tenants flooding at once leave room
+// for nobody else only then; one call's limit is an eighth of the tenant's
+// share per stream.
+const (
+	DefaultMaxOutputLimit     = 8 << 20
+	DefaultMemoryBudget       = 1 << 30
+	DefaultTenantMemoryBudget = 256 << 20
+	DefaultTenantDiskQuota    = 1 << 30
+	DefaultOutputRetention    = 24 * time.Hour
+)
+
+// OutputDefaults returns the built-in [output] values.
+func OutputDefaults() Output {
+	return Output{MaxLimit: DefaultMaxOutputLimit, MemoryBudget: DefaultMemoryBudget,
+		TenantMemoryBudget: DefaultTenantMemoryBudget, TenantDiskQuota: DefaultTenantDiskQuota,
+		Retention: DefaultOutputRetention}
+}
+
+// API bounds what clients of `moat serve`'s HTTP API may cost it: open
+// connections, slow requests, failed authentications (the [api] section).
+type API struct {
+	// MaxConnsPerClient caps the open connections of one client address
+	// (an IPv4 address, an IPv6 /64); 0 means no cap.
+	MaxConnsPerClient int
+	// HeaderTimeout bounds the arrival of a request's headers.
+	HeaderTimeout time.Duration
+	// BodyTimeout and BodyChunk set the slowest a request body may
+	// arrive: each BodyChunk bytes (or the rest) within BodyTimeout.
+	BodyTimeout time.Duration
+	BodyChunk   int64
+	// AuthFailRate (per second) and AuthFailBurst are the token bucket
+	// of failed authentications per client address; over it a bad token
+	// is answered 429. AuthAuditInterval is how often each address's
+	// failures are written to the audit, as one counted event.
+	AuthFailRate      float64
+	AuthFailBurst     int
+	AuthAuditInterval time.Duration
+}
+
+// Defaults of the [api] section.
+const (
+	DefaultMaxConnsPerClient = 1024
+	DefaultHeaderTimeout     = 10 * time.Second
+	DefaultBodyTimeout       = 10 * time.Second
+	DefaultBodyChunk         = 1 << 20
+	DefaultAuthFailRate      = 1.0
+	DefaultAuthFailBurst     = 20
+	DefaultAuthAuditInterval = 10 * time.Second
+)
+
+// APIDefaults returns the built-in [api] values.
+func APIDefaults() API {
+	return API{MaxConnsPerClient: DefaultMaxConnsPerClient, HeaderTimeout: DefaultHeaderTimeout,
+		BodyTimeout: DefaultBodyTimeout, BodyChunk: DefaultBodyChunk, AuthFailRate: DefaultAuthFailRate,
+		AuthFailBurst: DefaultAuthFailBurst, AuthAuditInterval: DefaultAuthAuditInterval}
 }
 
 // MaxPoolSize caps one pool.
@@ -72,6 +158,8 @@ func BuiltIn() Defaults {
 		},
 		KillGrace:   2 * time.Second,
 		OutputLimit: output.DefaultLimit,
+		API:         APIDefaults(),
+		Output:      OutputDefaults(),
 	}
 }
 
@@ -86,6 +174,15 @@ func BuiltIn() Defaults {
 //	kill_grace = "2s"
 //	output_limit = "2000000"
 //
+//	[api]                        # what HTTP clients of moat serve may cost it
+//	max_conns_per_client = 1024  # open connections per client address (IPv4, IPv6 /64); 0 = no cap
+//	header_timeout = "10s"       # a request's headers must arrive within
+//	body_timeout = "10s"         # each body_chunk of a request body must arrive within
+//	body_chunk = "1MiB"
+//	auth_fail_rate = 1.0         # failed authentications per second an address regains
+//	auth_fail_burst = 20         # failed authentications an address may make at once (then 429)
+//	auth_audit_interval = "10s"  # each address's failures: one counted auth.denied event per interval
+//
 //	[network]
 //	dns_server = "127.0.0.1:53"  # the egress proxy's resolver; default: the host's
 //
@@ -93,11 +190,27 @@ func BuiltIn() Defaults {
 //	dir = "/var/lib/moat/store"  # templates and snapshots
 //	snapshot_quota = "10GiB"     # per tenant: what its snapshots may cost in the store
 //
+//	[output]                     # what `moat serve` spends on calls' output
+//	max_limit = "8MiB"           # the largest output_limit a call may ask, per stream
+//	memory_budget = "1GiB"       # output held in memory by the whole daemon
+//	tenant_memory_budget = "256MiB"
+//	tenant_disk_quota = "1GiB"   # a tenant's output files under <data>/output
+//	retention = "24h"            # how long output files are kept; "0s" keeps none
+//
 //	[[pool]]                     # one per warm pool of `moat serve`
 //	template = "host"
 //	profile = "trusted"          # or "untrusted"
 //	size = 4
 type file struct {
+	API struct {
+		MaxConnsPerClient *int     `toml:"max_conns_per_client"`
+		HeaderTimeout     *string  `toml:"header_timeout"`
+		BodyTimeout       *string  `toml:"body_timeout"`
+		BodyChunk         *string  `toml:"body_chunk"`
+		AuthFailRate      *float64 `toml:"auth_fail_rate"`
+		AuthFailBurst     *int     `toml:"auth_fail_burst"`
+		AuthAuditInterval *string  `toml:"auth_audit_interval"`
+	} `toml:"api"`
 	Store struct {
 		Dir           *string `toml:"dir"`
 		SnapshotQuota *string `toml:"snapshot_quota"`
@@ -110,6 +223,13 @@ type file struct {
 	Network struct {
 		DNSServer *string `toml:"dns_server"`
 	} `toml:"network"`
+	Output struct {
+		MaxLimit           *string `toml:"max_limit"`
+		MemoryBudget       *string `toml:"memory_budget"`
+		TenantMemoryBudget *string `toml:"tenant_memory_budget"`
+		TenantDiskQuota    *string `toml:"tenant_disk_quota"`
+		Retention          *string `toml:"retention"`
+	} `toml:"output"`
 	Limits struct {
 		Memory      *string  `toml:"memory"`
 		CPUs        *float64 `toml:"cpus"`
@@ -167,6 +287,10 @@ func Parse(name string, b []byte) (Defaults, error) {
 		}
 		return d, fmt.Errorf("%w: %s: %v", ErrInvalid, name, err)
 	}
+	if err := parseAPI(name, &d.API, f.API.MaxConnsPerClient, f.API.HeaderTimeout, f.API.BodyTimeout, f.API.BodyChunk,
+		f.API.AuthFailRate, f.API.AuthFailBurst, f.API.AuthAuditInterval); err != nil {
+		return d, err
+	}
 	if s := f.Network.DNSServer; s != nil {
 		if _, err := netip.ParseAddrPort(*s); err != nil && *s != "" {
 			return d, fmt.Errorf("%w: %s: network.dns_server: want IP:PORT (e.g. 127.0.0.1:53), got %q", ErrInvalid, name, *s)
@@ -196,6 +320,9 @@ func Parse(name string, b []byte) (Defaults, error) {
 			return d, fmt.Errorf("%w: %s: pool %d: size %d (want 1 to %d)", ErrInvalid, name, i+1, p.Size, MaxPoolSize)
 		}
 		d.Pools = append(d.Pools, Pool{Template: p.Template, Profile: p.Profile, Size: p.Size})
+	}
+	if err := parseOutput(name, &f, &d); err != nil {
+		return d, err
 	}
 	l := f.Limits
 	bad := func(key string, err error) error {
@@ -248,7 +375,51 @@ func Parse(name string, b []byte) (Defaults, error) {
 		}
 		d.OutputLimit = int(v)
 	}
+	if d.OutputLimit > d.Output.MaxLimit {
+		return d, fmt.Errorf("%w: %s: limits.output_limit %d is above output.max_limit %d", ErrInvalid, name, d.OutputLimit, d.Output.MaxLimit)
+	}
 	return d, nil
+}
+
+func parseOutput(name string, f *file, d *Defaults) error {
+	o := f.Output
+	bad := func(key string, err error) error {
+		return fmt.Errorf("%w: %s: output.%s: %v", ErrInvalid, name, key, err)
+	}
+	size := func(key string, v *string, dst *int64, lo, hi int64) error {
+		if v == nil {
+			return nil
+		}
+		n, err := ParseSize(*v)
+		if err != nil || n < lo || n > hi {
+			return bad(key, errors.Join(err, fmt.Errorf("must be a size from %d to %d bytes", lo, hi)))
+		}
+		*dst = n
+		return nil
+	}
+	maxLimit := int64(d.Output.MaxLimit)
+	for _, e := range []error{
+		size("max_limit", o.MaxLimit, &maxLimit, 1, 1<<30),
+		size("memory_budget", o.MemoryBudget, &d.Output.MemoryBudget, 1<<20, 1<<40),
+		size("tenant_memory_budget", o.TenantMemoryBudget, &d.Output.TenantMemoryBudget, 1<<20, 1<<40),
+		size("tenant_disk_quota", o.TenantDiskQuota, &d.Output.TenantDiskQuota, 0, 1<<50),
+	} {
+		if e != nil {
+			return e
+		}
+	}
+	d.Output.MaxLimit = int(maxLimit)
+	if d.Output.TenantMemoryBudget > d.Output.MemoryBudget {
+		return bad("tenant_memory_budget", fmt.Errorf("%d is more than memory_budget (%d)", d.Output.TenantMemoryBudget, d.Output.MemoryBudget))
+	}
+	if o.Retention != nil {
+		v, err := time.ParseDuration(*o.Retention)
+		if err != nil || v < 0 {
+			return bad("retention", errors.Join(err, errors.New("must be a duration of 0 or more")))
+		}
+		d.Output.Retention = v
+	}
+	return nil
 }
 
 // ParseSize reads a byte size: a number with an optional binary unit
@@ -260,4 +431,57 @@ func ParseSize(s string) (int64, error) {
 		return 0, fmt.Errorf("%q is not a size (examples: 512m, 2GiB, 100000)", s)
 	}
 	return v, nil
+}
+
+// parseAPI sets the [api] values given.
+func parseAPI(name string, a *API, maxConns *int, header, body, chunk *string, rate *float64, burst *int, interval *string) error {
+	bad := func(key string, err error) error {
+		return fmt.Errorf("%w: %s: api.%s: %v", ErrInvalid, name, key, err)
+	}
+	duration := func(key string, s *string, max time.Duration, into *time.Duration) error {
+		if s == nil {
+			return nil
+		}
+		v, err := time.ParseDuration(*s)
+		if err != nil || v <= 0 || v > max {
+			return bad(key, errors.Join(err, fmt.Errorf("must be a duration above 0 and at most %s", max)))
+		}
+		*into = v
+		return nil
+	}
+	if maxConns != nil {
+		if *maxConns < 0 {
+			return bad("max_conns_per_client", errors.New("must be 0 (no cap) or more"))
+		}
+		a.MaxConnsPerClient = *maxConns
+	}
+	if err := duration("header_timeout", header, 5*time.Minute, &a.HeaderTimeout); err != nil {
+		return err
+	}
+	if err := duration("body_timeout", body, 5*time.Minute, &a.BodyTimeout); err != nil {
+		return err
+	}
+	if err := duration("auth_audit_interval", interval, time.Hour, &a.AuthAuditInterval); err != nil {
+		return err
+	}
+	if chunk != nil {
+		v, err := ParseSize(*chunk)
+		if err != nil || v <= 0 || v > 1<<30 {
+			return bad("body_chunk", errors.Join(err, errors.New("must be a size above 0 and at most 1 GiB")))
+		}
+		a.BodyChunk = v
+	}
+	if rate != nil {
+		if *rate <= 0 || *rate > 1e6 {
+			return bad("auth_fail_rate", errors.New("must be above 0 (failures per second)"))
+		}
+		a.AuthFailRate = *rate
+	}
+	if burst != nil {
+		if *burst < 1 || *burst > 1e6 {
+			return bad("auth_fail_burst", errors.New("must be at least 1"))
+		}
+		a.AuthFailBurst = *burst
+	}
+	return nil
 }

@@ -108,3 +108,39 @@ func TestSnapshotQuota(t *testing.T) {
 		}
 	}
 }
+
+func TestParseOutput(t *testing.T) {
+	d, err := Parse("c.toml", nil)
+	if err != nil || d.Output != OutputDefaults() || d.Output.MaxLimit != 8<<20 || d.Output.MemoryBudget != 1<<30 ||
+		d.Output.TenantMemoryBudget != 256<<20 || d.Output.TenantDiskQuota != 1<<30 || d.Output.Retention != 24*time.Hour {
+		t.Fatalf("%+v %v", d.Output, err)
+	}
+	d, err = Parse("c.toml", []byte(`
+[output]
+max_limit = "1MiB"
+memory_budget = "64MiB"
+tenant_memory_budget = "16MiB"
+tenant_disk_quota = "0"
+retention = "0s"
+[limits]
+output_limit = "100000"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Output{MaxLimit: 1 << 20, MemoryBudget: 64 << 20, TenantMemoryBudget: 16 << 20}); d.Output != want {
+		t.Fatalf("%+v", d.Output)
+	}
+	for text, want := range map[string]string{
+		"[output]\nmax_limit = \"0\"\n":                                           "output.max_limit",
+		"[output]\nmemory_budget = \"lots\"\n":                                    "output.memory_budget",
+		"[output]\nmemory_budget = \"32MiB\"\ntenant_memory_budget = \"64MiB\"\n": "more than memory_budget",
+		"[output]\nretention = \"-1h\"\n":                                         "output.retention",
+		"[output]\nmax_limit = \"1MiB\"\n":                                        "limits.output_limit 2000000 is above output.max_limit",
+		"[output]\nbudget = \"1MiB\"\n":                                           "unknown key",
+	} {
+		if _, err := Parse("c.toml", []byte(text)); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: got %v, want %q", text, err, want)
+		}
+	}
+}

@@ -13,6 +13,9 @@ type Chunk struct {
 	// Stream is "stdout" or "stderr".
 	Stream string `json:"stream"`
 	Data   []byte `json:"data"`
+	// Off is the offset of the chunk's first byte in the process's
+	// output (both streams together).
+	Off int64 `json:"-"`
 }
 
 // Log keeps the recent output of one process, as numbered chunks, for
@@ -20,20 +23,36 @@ type Chunk struct {
 // last sequence number they saw). It holds at most maxBytes of data: the
 // oldest chunks go first, and a reader that asks for them learns they are
 // gone. It is safe for concurrent use.
+//
+// A Log may be charged to an Account of a Budget (SetBudget): when the
+// budget refuses a new chunk, the log drops its own oldest chunks to make
+// room, and when it holds nothing more it drops the new chunk itself; a
+// reader learns of both as lost output.
 type Log struct {
-	mu      sync.Mutex
-	chunks  []Chunk
-	bytes   int
-	max     int
-	next    uint64
-	closed  bool
-	changed chan struct{} // closed and replaced on every change
+	mu       sync.Mutex
+	chunks   []Chunk
+	bytes    int
+	max      int
+	next     uint64
+	total    int64 // bytes appended, kept or not
+	closed   bool
+	released bool
+	acct     *Account
+	changed  chan struct{} // closed and replaced on every change
 }
 
 // NewLog returns a Log that retains at most maxBytes (at least one chunk
 // is always kept, whatever its size).
 func NewLog(maxBytes int) *Log {
 	return &Log{max: maxBytes, next: 1, changed: make(chan struct{})}
+}
+
+// SetBudget charges the log's chunks to acct; call it before the first
+// write.
+func (l *Log) SetBudget(acct *Account) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.acct = acct
 }
 
 // Writer returns an io.Writer that appends to the log as stream.
@@ -54,24 +73,78 @@ func (w logWriter) Write(p []byte) (int, error) {
 }
 
 func (l *Log) append(stream string, p []byte) {
-	data := append([]byte(nil), p...)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed {
+	if l.closed || l.released {
 		return
 	}
-	l.chunks = append(l.chunks, Chunk{Seq: l.next, Stream: stream, Data: data})
+	seq, off := l.next, l.total
 	l.next++
-	l.bytes += len(data)
+	l.total += int64(len(p))
+	defer l.notify()
+	// Room first, within the log's own size and the budget: the oldest
+	// chunks go.
 	drop := 0
-	for l.bytes > l.max && drop < len(l.chunks)-1 {
+	for l.bytes+len(p) > l.max && drop < len(l.chunks) {
 		l.bytes -= len(l.chunks[drop].Data)
+		l.acct.Shrink(len(l.chunks[drop].Data))
 		drop++
 	}
-	if drop > 0 {
-		l.chunks = append(l.chunks[:0], l.chunks[drop:]...)
+	for !l.acct.Grow(len(p)) {
+		if drop == len(l.chunks) {
+			// Nothing left to drop: this chunk is lost.
+			l.dropFront(drop)
+			return
+		}
+		l.bytes -= len(l.chunks[drop].Data)
+		l.acct.Shrink(len(l.chunks[drop].Data))
+		drop++
+	}
+	l.dropFront(drop)
+	data := append([]byte(nil), p...)
+	l.chunks = append(l.chunks, Chunk{Seq: seq, Stream: stream, Data: data, Off: off})
+	l.bytes += len(data)
+}
+
+// dropFront forgets the first n chunks (their bytes already given back),
+// clearing the slots they leave so their data can be freed. l.mu is held.
+func (l *Log) dropFront(n int) {
+	if n == 0 {
+		return
+	}
+	k := copy(l.chunks, l.chunks[n:])
+	clear(l.chunks[k:])
+	l.chunks = l.chunks[:k]
+	if cap(l.chunks) > 64 && k < cap(l.chunks)/4 {
+		l.chunks = append([]Chunk(nil), l.chunks...)
+	}
+}
+
+// Release drops every chunk and gives its bytes back to the budget; the
+// log is closed and later output is only counted. Readers learn that the
+// output was lost.
+func (l *Log) Release() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.dropFront(len(l.chunks))
+	l.chunks, l.bytes, l.released = nil, 0, true
+	l.acct.Close()
+	if !l.closed {
+		l.closed = true
 	}
 	l.notify()
+}
+
+// LostBefore is the number of bytes of output, from the start, that came
+// before the first chunk the log holds now (all of it if it holds none):
+// what a reader starting from the beginning has lost.
+func (l *Log) LostBefore() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.chunks) > 0 {
+		return l.chunks[0].Off
+	}
+	return l.total
 }
 
 // notify wakes every waiting reader. Callers hold l.mu.

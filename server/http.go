@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"mime"
 	"net/http"
+	"os"
 	"reflect"
 	"runtime/debug"
 	"strconv"
@@ -17,7 +19,6 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/api"
-	"github.com/moat-sandbox/moat/audit"
 )
 
 // RequestTimeout is the default of Config.RequestTimeout: it bounds every
@@ -25,6 +26,13 @@ import (
 // which are bounded by the sandbox's life; the bodies of all of them must
 // arrive within it.
 const RequestTimeout = 5 * time.Minute
+
+// Defaults of Config.BodyTimeout and Config.BodyChunk: a request body must
+// arrive at 1 MiB per 10 s at least (a smaller body whole within 10 s).
+const (
+	DefaultBodyTimeout = 10 * time.Second
+	DefaultBodyChunk   = 1 << 20
+)
 
 // longOps may last as long as a sandbox does.
 var longOps = map[string]bool{api.OpExec: true, api.OpWait: true, api.OpOutput: true, api.OpApprovalList: true}
@@ -115,20 +123,34 @@ func bearer(r *http.Request) string {
 }
 
 func (s *Service) serveOp(w http.ResponseWriter, r *http.Request, op api.Op, tokens *Tokens) {
+	if r.Body != nil && r.Body != http.NoBody {
+		// A body must keep arriving, whatever the operation and whoever
+		// sends it (a slow trickle would otherwise hold a connection):
+		// each BodyChunk within BodyTimeout. Once the body is read,
+		// net/http clears the deadline for its own watch of the
+		// connection, so a long exec is not cut off. A request without a
+		// body gets no deadline: that watch would end it.
+		rc := http.NewResponseController(w)
+		_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
+		r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc, timeout: s.cfg.BodyTimeout, chunk: s.cfg.BodyChunk}
+	}
 	c, err := tokens.Authenticate(bearer(r))
 	if err != nil {
+		// Failures are counted per source and written to the audit
+		// together (authLimiter), so a flood of bad tokens neither
+		// rotates the audit's history away nor costs an fsync each; a
+		// source over its rate is answered 429.
+		if ok, retry := s.authFails.fail(r.RemoteAddr, op.Name, time.Now()); !ok {
+			s.metrics.denied("token_rate")
+			w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(retry.Seconds())))))
+			writeError(w, api.Errorf(api.CodeTooMany, "too many failed authentications from this address; retry in %s", retry.Round(time.Second)))
+			return
+		}
 		s.metrics.denied("token")
-		s.record(audit.Event{Kind: "auth.denied", Actor: "anonymous", Decision: audit.DecisionDeny,
-			Request: mustJSON(map[string]string{"op": op.Name, "remote": r.RemoteAddr}), Error: err.Error()})
 		w.Header().Set("WWW-Authenticate", `Bearer realm="moat"`)
 		writeError(w, api.Errorf(api.CodeUnauthenticated, "%v", err))
 		return
 	}
-	// The body must arrive within the request limit, whatever the
-	// operation (a slow trickle would otherwise hold a connection). Once
-	// the body is read, net/http clears the deadline for its own watch of
-	// the connection, so a long exec is not cut off.
-	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.RequestTimeout))
 	ctx := r.Context()
 	if !longOps[op.Name] {
 		var cancel context.CancelFunc
@@ -198,6 +220,9 @@ func (s *Service) httpInput(w http.ResponseWriter, r *http.Request, op api.Op) (
 			if err != nil {
 				if isMaxBytesError(err) {
 					return nil, api.Errorf(api.CodeTooLarge, "a JSON body is at most %d bytes", MaxJSONBody)
+				}
+				if ae := (*api.Error)(nil); errors.As(err, &ae) {
+					return nil, ae
 				}
 				return nil, api.Errorf(api.CodeInvalidArgument, "reading the body: %v", err)
 			}
@@ -399,4 +424,31 @@ func (l *lazyWriter) start() {
 func (l *lazyWriter) Write(p []byte) (int, error) {
 	l.start()
 	return l.w.Write(p)
+}
+
+// deadlineBody moves the read deadline of a request's connection on by
+// timeout each time chunk more bytes of the body have arrived; a body
+// slower than that fails with a timeout error.
+type deadlineBody struct {
+	io.ReadCloser
+	rc      *http.ResponseController
+	timeout time.Duration
+	chunk   int64
+	n       int64 // bytes since the deadline last moved
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n += int64(n)
+	switch {
+	case err == nil && b.n >= b.chunk:
+		// Not at EOF: there net/http has cleared the deadline for its
+		// background read, which a new one would end.
+		b.n = 0
+		_ = b.rc.SetReadDeadline(time.Now().Add(b.timeout))
+	case err != nil && errors.Is(err, os.ErrDeadlineExceeded):
+		err = &api.Error{Code: api.CodeTimeout, Message: fmt.Sprintf(
+			"the request body arrived too slowly (at least %d bytes, or the rest, every %s)", b.chunk, b.timeout)}
+	}
+	return n, err
 }

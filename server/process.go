@@ -69,7 +69,7 @@ func (p *proc) snapshot(sandboxID string) api.Process {
 
 // processOf builds the runtime's Process from a request; stdin, stdout
 // and stderr are the caller's to set.
-func processOf(req *api.Exec, maxTimeout time.Duration) (*sandbox.Process, error) {
+func (s *Service) processOf(req *api.Exec) (*sandbox.Process, error) {
 	if len(req.Args) == 0 {
 		return nil, api.Errorf(api.CodeInvalidArgument, "args must name a command")
 	}
@@ -78,12 +78,15 @@ func processOf(req *api.Exec, maxTimeout time.Duration) (*sandbox.Process, error
 			return nil, api.Errorf(api.CodeInvalidArgument, "args, env and cwd must not contain NUL bytes")
 		}
 	}
-	timeout, err := durationField("timeout_ms", req.TimeoutMs, 0, maxTimeout)
+	timeout, err := durationField("timeout_ms", req.TimeoutMs, 0, s.cfg.MaxTimeout)
 	if err != nil {
 		return nil, err
 	}
 	if req.OutputLimit < 0 {
 		return nil, api.Errorf(api.CodeInvalidArgument, "output_limit must not be negative")
+	}
+	if err := s.out.checkLimit(req.OutputLimit); err != nil {
+		return nil, err
 	}
 	p := &sandbox.Process{Args: req.Args, Env: req.Env, Cwd: req.Cwd, Timeout: timeout, OutputLimit: req.OutputLimit}
 	// The runtime's own checks, before the policy and the sandbox are
@@ -171,14 +174,27 @@ func resultSummary(r *sandbox.Result) map[string]any {
 		"stdout_bytes": r.StdoutBytes, "stderr_bytes": r.StderrBytes, "truncated": r.Truncated, "error": r.Error}
 }
 
-// newCall records the start of a call in the store.
+// newCall records the start of a call in the store, once the data disk
+// can take its records (durable.go).
 func (s *Service) newCall(ctx context.Context, c Caller, m *managed, id, kind string, args []string) error {
+	if err := s.writable(); err != nil {
+		return err
+	}
 	defer s.slow("store put call", time.Now())
 	return s.cfg.Store.PutCall(ctx, &store.Call{ID: id, Sandbox: m.info.ID, Tenant: c.Tenant, Kind: kind, Args: args, StartedAt: time.Now()})
 }
 
-// finishCall records the end of a call in the store and the audit tape.
-func (s *Service) finishCall(c Caller, m *managed, id, kind string, req *api.Exec, vs []verdict, res *sandbox.Result, err error, took time.Duration) {
+// finishCall records the end of a call in the store and the audit tape;
+// an error says the record is not on disk yet (recordEnd). The store's
+// row keeps the result without its output, and of the output only counts
+// and previews (callOutput).
+func (s *Service) finishCall(c Caller, m *managed, id, kind string, req *api.Exec, vs []verdict, res *sandbox.Result, err error, took time.Duration) error {
+	return s.finishCallRef(c, m, id, kind, req, vs, res, err, took, "")
+}
+
+// finishCallRef is finishCall for a call whose output files are ref
+// ("": none).
+func (s *Service) finishCallRef(c Caller, m *managed, id, kind string, req *api.Exec, vs []verdict, res *sandbox.Result, err error, took time.Duration, ref string) error {
 	ev := audit.Event{Kind: kind, Tenant: c.Tenant, Actor: c.Actor, Sandbox: m.info.ID, Call: id,
 		Decision: audit.DecisionAllow, Request: mustJSON(requestSummary(req)), DurationMs: took.Milliseconds()}
 	code, reason := sandbox.ExitSetupFailed, string(sandbox.ReasonSetupError)
@@ -190,13 +206,8 @@ func (s *Service) finishCall(c Caller, m *managed, id, kind string, req *api.Exe
 		ev.Error = err.Error()
 	}
 	withVerdicts(&ev, vs)
-	t0 := time.Now()
-	serr := s.cfg.Store.FinishCall(context.Background(), id, t0, code, reason, mustJSON(res))
-	s.slow("store finish call", t0)
-	if serr != nil {
-		s.log.Error("recording the end of a call", "call", id, "err", serr)
-	}
-	s.record(ev)
+	row, out := callOutput(res, ref)
+	return s.recordEnd(id, time.Now(), code, reason, mustJSON(row), out, ev)
 }
 
 func (s *Service) exec(ctx context.Context, c Caller, in *input) (any, error) {
@@ -204,7 +215,7 @@ func (s *Service) exec(ctx context.Context, c Caller, in *input) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := processOf(req, s.cfg.MaxTimeout)
+	p, err := s.processOf(req)
 	if err != nil {
 		return nil, err
 	}
@@ -238,21 +249,49 @@ func (s *Service) exec(ctx context.Context, c Caller, in *input) (any, error) {
 			m.mu.Unlock()
 		}()
 	}
-	if st != nil {
-		p.Stdout, p.Stderr = st.writer(api.EventStdout), st.writer(api.EventStderr)
-	}
 	m.mu.Lock()
 	callID := fmt.Sprintf("%s/c%d", m.info.ID, m.nextCall())
 	m.mu.Unlock()
+	// The output is captured here, not by the runtime: charged to the
+	// output budget, spilling to a file past it (output.go). The runtime
+	// redacts secrets before it writes to these writers.
+	var capOut, capErr *callCapture
+	if st != nil {
+		p.Stdout, p.Stderr = st.writer(api.EventStdout), st.writer(api.EventStderr)
+	} else {
+		limit := cmp.Or(req.OutputLimit, s.cfg.OutputLimit)
+		capOut = s.out.newCapture(c.Tenant, callID, "stdout", limit)
+		capErr = s.out.newCapture(c.Tenant, callID, "stderr", limit)
+		p.Stdout, p.Stderr = capOut.c, capErr.c
+	}
 	if err := s.newCall(ctx, c, m, callID, "exec", req.Args); err != nil {
+		if capOut != nil {
+			capOut.finish()
+			capErr.finish()
+		}
 		return nil, fmt.Errorf("record call: %w", err)
 	}
 	start := time.Now()
 	res, err := m.box().Exec(ctx, p)
-	s.finishCall(c, m, callID, "process.exec", req, in.verdicts, res, err, time.Since(start))
+	ref := ""
+	if capOut != nil {
+		outText, outTrunc, outKept := capOut.finish()
+		errText, errTrunc, errKept := capErr.finish()
+		if res != nil {
+			res.Stdout, res.Stderr = outText, errText
+			res.Truncated = res.Truncated || outTrunc || errTrunc
+		}
+		if outKept || errKept {
+			ref = capOut.ref
+		}
+	}
+	rerr := s.finishCallRef(c, m, callID, "process.exec", req, in.verdicts, res, err, time.Since(start), ref)
 	in.recorded = true
 	if err != nil && !isSetupOnly(err) {
 		return nil, err
+	}
+	if rerr != nil {
+		return nil, notDurable(rerr, res)
 	}
 	if st != nil {
 		st.finish(res)
@@ -311,7 +350,7 @@ func (s *Service) start(ctx context.Context, c Caller, in *input) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := processOf(req, s.cfg.MaxTimeout)
+	p, err := s.processOf(req)
 	if err != nil {
 		return nil, err
 	}
@@ -339,6 +378,7 @@ func (s *Service) start(ctx context.Context, c Caller, in *input) (any, error) {
 		return nil, api.Errorf(api.CodeTooMany, "sandbox %s already runs %d background processes", m.info.ID, running)
 	}
 	pr := &proc{args: req.Args, started: time.Now(), log: output.NewLog(keep), stdin: newStdinBuffer(maxStdinPending), done: make(chan struct{})}
+	pr.log.SetBudget(s.out.budget.Account(c.Tenant))
 	p.Stdin, p.Stdout, p.Stderr = pr.stdin, pr.log.Writer(api.EventStdout), pr.log.Writer(api.EventStderr)
 	m.mu.Lock()
 	pr.callID = fmt.Sprintf("%s/c%d", m.info.ID, m.nextCall())
@@ -349,6 +389,7 @@ func (s *Service) start(ctx context.Context, c Caller, in *input) (any, error) {
 	handle, err := m.box().Start(ctx, p)
 	if err != nil {
 		pr.stdin.Close()
+		s.out.releaseLog(pr.log)
 		s.finishCall(c, m, pr.callID, "process.start", req, in.verdicts, nil, err, time.Since(pr.started))
 		in.recorded = true
 		return nil, err
@@ -356,12 +397,13 @@ func (s *Service) start(ctx context.Context, c Caller, in *input) (any, error) {
 	pr.id, pr.p = handle.ID(), handle
 	m.mu.Lock()
 	m.procs[pr.id] = pr
-	m.forgetOldProcs()
+	gone := m.forgetOldProcs()
 	m.mu.Unlock()
+	s.out.releaseProcs(gone)
 	startEv := audit.Event{Kind: "process.start", Tenant: c.Tenant, Actor: c.Actor, Sandbox: m.info.ID, Call: pr.callID,
 		Decision: audit.DecisionAllow, Request: mustJSON(requestSummary(req)), Result: mustJSON(map[string]uint64{"process": pr.id})}
 	withVerdicts(&startEv, in.verdicts)
-	s.record(startEv)
+	rerr := s.recordNow(startEv)
 	in.recorded = true
 	s.tasks.Add(1)
 	go func() {
@@ -375,11 +417,15 @@ func (s *Service) start(ctx context.Context, c Caller, in *input) (any, error) {
 		pr.log.Close()
 		close(pr.done)
 		m.mu.Lock()
-		m.forgetOldProcs()
+		gone := m.forgetOldProcs()
 		m.mu.Unlock()
+		s.out.releaseProcs(gone)
 		s.finishCall(c, m, pr.callID, "process.exit", req, nil, res, err, now.Sub(pr.started))
 	}()
 	out := pr.snapshot(m.info.ID)
+	if rerr != nil {
+		return nil, notDurable(rerr, &out)
+	}
 	return &out, nil
 }
 
@@ -390,8 +436,9 @@ func (m *managed) nextCall() uint64 {
 }
 
 // forgetOldProcs drops the oldest ended processes past maxProcsKept or
-// maxEndedOutput; m.mu must be held.
-func (m *managed) forgetOldProcs() {
+// maxEndedOutput and returns them (their output is the caller's to
+// release); m.mu must be held.
+func (m *managed) forgetOldProcs() (gone []*proc) {
 	ids := make([]uint64, 0, len(m.procs))
 	held := 0
 	for id, p := range m.procs {
@@ -406,8 +453,37 @@ func (m *managed) forgetOldProcs() {
 			break
 		}
 		held -= m.procs[id].log.Size()
+		gone = append(gone, m.procs[id])
 		delete(m.procs, id)
 	}
+	return gone
+}
+
+// releaseSandboxOutput gives back the kept output of every background
+// process of an ended sandbox.
+func (s *Service) releaseSandboxOutput(m *managed) {
+	m.mu.Lock()
+	procs := make([]*proc, 0, len(m.procs))
+	for _, p := range m.procs {
+		procs = append(procs, p)
+	}
+	m.mu.Unlock()
+	s.out.releaseProcs(procs)
+}
+
+// releaseProcs gives back the kept output of processes no longer
+// remembered.
+func (o *outputs) releaseProcs(procs []*proc) {
+	for _, p := range procs {
+		o.releaseLog(p.log)
+	}
+}
+
+// releaseLog drops a log's chunks and gives its bytes back.
+func (o *outputs) releaseLog(l *output.Log) {
+	n := l.Size()
+	l.Release()
+	o.gaveBack(int64(n))
 }
 
 // procRequest decodes a request that names a process and finds the
@@ -579,10 +655,21 @@ func (s *Service) output(ctx context.Context, c Caller, in *input) (any, error) 
 		readCtx = c
 	}
 	after := req.After
+	// seen is the offset in the output just past what this reader has
+	// had: known from the start, and after every chunk sent; a reader
+	// that resumes after output already dropped is told the bytes lost
+	// from the start of the output.
+	var seen int64
 	for {
 		chunks, closed, lost, err := p.log.Read(readCtx, after)
-		if lost && len(chunks) > 0 {
-			if err := in.emit(api.Event{Seq: chunks[0].Seq - 1, Type: api.EventLost, Process: p.id}); err != nil {
+		if lost && (len(chunks) > 0 || closed) {
+			ev := api.Event{Type: api.EventLost, Process: p.id}
+			if len(chunks) > 0 {
+				ev.Seq, ev.LostBytes = chunks[0].Seq-1, chunks[0].Off-seen
+			} else {
+				ev.Seq, ev.LostBytes = p.log.LastSeq(), p.log.LostBefore()-seen
+			}
+			if err := in.emit(ev); err != nil {
 				return nil, err
 			}
 		}
@@ -592,7 +679,7 @@ func (s *Service) output(ctx context.Context, c Caller, in *input) (any, error) 
 			if err := in.emit(ev); err != nil {
 				return nil, err
 			}
-			after = ch.Seq
+			after, seen = ch.Seq, ch.Off+int64(len(ch.Data))
 		}
 		if closed {
 			exitSeq := p.log.LastSeq() + 1

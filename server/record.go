@@ -51,14 +51,24 @@ func (s *Service) handlers() map[string]handler {
 	}
 }
 
-// record appends an audit event. A tape that fails is logged loudly and
-// counted; the call it describes has already happened.
+// record appends an audit event. An event the tape cannot take for want
+// of its disk is kept in the backlog and written when space returns (see
+// durable.go); other failures (an event too large, a bad redaction) are
+// logged loudly and counted. The call it describes has already happened.
 func (s *Service) record(e audit.Event) {
-	defer s.slow("audit append", time.Now())
-	if _, err := s.cfg.Tape.Append(e); err != nil {
-		s.metrics.auditErrors.Inc()
-		s.log.Error("audit append failed", "kind", e.Kind, "sandbox", e.Sandbox, "err", err)
+	if e.Time.IsZero() {
+		e.Time = time.Now().UTC()
 	}
+	if err := s.appendEvent(e); err != nil {
+		s.keep(pendingWrite{ev: &e, what: e.Kind}, err)
+	}
+}
+
+// appendEvent appends e to the tape and waits for its fsync.
+func (s *Service) appendEvent(e audit.Event) error {
+	defer s.slow("audit append", time.Now())
+	_, err := s.cfg.Tape.Append(e)
+	return err
 }
 
 // slowOp is how long a store or audit write may take before it is logged.

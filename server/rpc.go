@@ -7,19 +7,45 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"runtime/debug"
 	"sync"
 
 	"github.com/moat-sandbox/moat/api"
 )
 
-// rpcMessage is a JSON-RPC 2.0 request, response or notification.
+// rpcMessage is a notification the server sends (process.event).
 type rpcMessage struct {
 	JSONRPC string          `json:"jsonrpc"`
-	ID      json.RawMessage `json:"id,omitempty"`
-	Method  string          `json:"method,omitempty"`
+	Method  string          `json:"method"`
 	Params  json.RawMessage `json:"params,omitempty"`
-	Result  any             `json:"result,omitempty"`
-	Error   *rpcError       `json:"error,omitempty"`
+}
+
+// rpcResponse is a JSON-RPC 2.0 Response object: always an id (null when
+// the request's could not be read), and either result (null included) or
+// error, never both.
+type rpcResponse struct {
+	ID     json.RawMessage
+	Result any
+	Error  *rpcError
+}
+
+func (r rpcResponse) MarshalJSON() ([]byte, error) {
+	id := r.ID
+	if len(id) == 0 {
+		id = json.RawMessage("null")
+	}
+	if r.Error != nil {
+		return json.Marshal(struct {
+			JSONRPC string          `json:"jsonrpc"`
+			ID      json.RawMessage `json:"id"`
+			Error   *rpcError       `json:"error"`
+		}{"2.0", id, r.Error})
+	}
+	return json.Marshal(struct {
+		JSONRPC string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Result  any             `json:"result"`
+	}{"2.0", id, r.Result})
 }
 
 type rpcError struct {
@@ -57,7 +83,7 @@ func (s *Service) ServeRPC(ctx context.Context, r io.Reader, w io.Writer, c Call
 		line, tooLong, err := readLine(br, maxLine)
 		if len(bytes.TrimSpace(line)) > 0 || tooLong {
 			if tooLong {
-				out.send(rpcMessage{JSONRPC: "2.0", ID: json.RawMessage("null"), Error: &rpcError{Code: api.RPCInvalidRequest,
+				out.send(rpcResponse{Error: &rpcError{Code: api.RPCInvalidRequest,
 					Message: "request line too long", Data: api.Errorf(api.CodeTooLarge, "a request line is at most %d bytes", maxLine)}})
 			} else {
 				wg.Add(1)
@@ -99,13 +125,20 @@ func readLine(br *bufio.Reader, max int) (line []byte, tooLong bool, err error) 
 // rpcLine answers one line: a request, a notification or a batch.
 func (s *Service) rpcLine(ctx context.Context, line []byte, out *rpcWriter, c Caller) {
 	trimmed := bytes.TrimSpace(line)
-	if len(trimmed) > 0 && trimmed[0] == '[' {
+	if !json.Valid(trimmed) {
+		// Not JSON at all (a batch with one broken element included):
+		// one parse error, id null.
+		out.send(parseErrorResponse(trimmed))
+		return
+	}
+	if trimmed[0] == '[' {
 		var batch []json.RawMessage
 		if err := json.Unmarshal(trimmed, &batch); err != nil || len(batch) == 0 {
-			out.send(parseErrorResponse(err))
+			// An empty array is one Invalid Request, not an array.
+			out.send(invalidRequest(nil, "an empty batch"))
 			return
 		}
-		resps := make([]*rpcMessage, len(batch))
+		resps := make([]*rpcResponse, len(batch))
 		var wg sync.WaitGroup
 		for i, raw := range batch {
 			wg.Add(1)
@@ -115,12 +148,13 @@ func (s *Service) rpcLine(ctx context.Context, line []byte, out *rpcWriter, c Ca
 			}()
 		}
 		wg.Wait()
-		var list []*rpcMessage
+		var list []*rpcResponse
 		for _, r := range resps {
 			if r != nil {
 				list = append(list, r)
 			}
 		}
+		// Only notifications: nothing at all, never an empty array.
 		if len(list) > 0 {
 			out.sendRaw(list)
 		}
@@ -131,52 +165,115 @@ func (s *Service) rpcLine(ctx context.Context, line []byte, out *rpcWriter, c Ca
 	}
 }
 
-func parseErrorResponse(err error) rpcMessage {
+// parseErrorResponse answers what is not JSON: -32700, id null.
+func parseErrorResponse(line []byte) rpcResponse {
 	msg := "parse error"
-	if err != nil {
+	var v any
+	if err := json.Unmarshal(line, &v); err != nil {
 		msg += ": " + err.Error()
 	}
-	return rpcMessage{JSONRPC: "2.0", ID: json.RawMessage("null"), Error: &rpcError{Code: api.RPCParseError, Message: msg,
+	return rpcResponse{Error: &rpcError{Code: api.RPCParseError, Message: msg,
 		Data: api.Errorf(api.CodeInvalidArgument, "%s", msg)}}
+}
+
+// invalidRequest answers JSON that is not a valid Request object: -32600
+// with the request's id when it could be read, else null.
+func invalidRequest(id json.RawMessage, format string, args ...any) rpcResponse {
+	e := api.Errorf(api.CodeInvalidArgument, "invalid request: "+format, args...)
+	return rpcResponse{ID: id, Error: &rpcError{Code: api.RPCInvalidRequest, Message: e.Message, Data: e}}
+}
+
+// rpcRequestObject is a Request object, checked member by member (names
+// are case-sensitive, types exact).
+type rpcRequestObject struct {
+	id           json.RawMessage // as sent; nil when absent or unreadable
+	notification bool            // no id member at all
+	method       string
+	params       json.RawMessage // an object or an array; nil when absent
+}
+
+// parseRequest reads one JSON value (already known to be valid JSON) as
+// a Request object. A value that is not one is answered -32600, with
+// its id if the id could be read.
+func parseRequest(raw []byte) (rpcRequestObject, *rpcResponse) {
+	var req rpcRequestObject
+	raw = bytes.TrimSpace(raw)
+	var members map[string]json.RawMessage
+	if len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &members) != nil {
+		r := invalidRequest(nil, "not a JSON object")
+		return req, &r
+	}
+	idRaw, hasID := members["id"]
+	req.notification = !hasID
+	if hasID {
+		idRaw = bytes.TrimSpace(idRaw)
+		if !validID(idRaw) {
+			r := invalidRequest(nil, "id must be a string, a number or null")
+			return req, &r
+		}
+		req.id = idRaw
+	}
+	fail := func(format string, args ...any) (rpcRequestObject, *rpcResponse) {
+		r := invalidRequest(req.id, format, args...)
+		return req, &r
+	}
+	var version string
+	if v, ok := members["jsonrpc"]; !ok || json.Unmarshal(v, &version) != nil || version != "2.0" {
+		return fail(`jsonrpc must be exactly "2.0"`)
+	}
+	m, ok := members["method"]
+	if !ok || json.Unmarshal(m, &req.method) != nil || bytes.TrimSpace(m)[0] != '"' {
+		return fail("method must be a string")
+	}
+	if p, ok := members["params"]; ok {
+		p = bytes.TrimSpace(p)
+		if p[0] != '{' && p[0] != '[' {
+			return fail("params must be an object or an array when present")
+		}
+		req.params = p
+	}
+	return req, nil
 }
 
 // rpcRequest runs one request and returns its response (nil for a
 // notification).
-func (s *Service) rpcRequest(ctx context.Context, raw []byte, out *rpcWriter, c Caller) *rpcMessage {
-	var req rpcMessage
-	if err := json.Unmarshal(raw, &req); err != nil {
-		m := parseErrorResponse(err)
-		return &m
+func (s *Service) rpcRequest(ctx context.Context, raw []byte, out *rpcWriter, c Caller) (resp *rpcResponse) {
+	req, bad := parseRequest(raw)
+	if bad != nil {
+		return bad
 	}
-	id := req.ID
-	notification := len(id) == 0
-	fail := func(code int, e *api.Error) *rpcMessage {
+	id, notification := req.id, req.notification
+	fail := func(code int, e *api.Error) *rpcResponse {
 		if notification {
 			return nil
 		}
-		return &rpcMessage{JSONRPC: "2.0", ID: id, Error: &rpcError{Code: code, Message: e.Message, Data: e}}
+		return &rpcResponse{ID: id, Error: &rpcError{Code: code, Message: e.Message, Data: e}}
 	}
-	if req.JSONRPC != "2.0" || req.Method == "" || !validID(id) {
-		if len(id) == 0 || !validID(id) {
-			id = json.RawMessage("null")
-			notification = false
+	defer func() {
+		// A fault of moat is an Internal error, never the end of the
+		// daemon.
+		if v := recover(); v != nil {
+			s.log.Error("panic in JSON-RPC call", "method", req.method, "panic", v, "stack", string(debug.Stack()))
+			resp = fail(api.RPCInternalError, api.Errorf(api.CodeInternal, "internal error"))
 		}
-		return fail(api.RPCInvalidRequest, api.Errorf(api.CodeInvalidArgument, "not a JSON-RPC 2.0 request"))
-	}
-	if req.Method == api.RPCCancel {
+	}()
+	if req.method == api.RPCCancel {
 		if notification {
-			out.cancel(req.Params)
+			out.cancel(req.params)
 			return nil
 		}
-		return fail(api.RPCInvalidRequest, api.Errorf(api.CodeInvalidArgument, "%s is a notification (no id)", api.RPCCancel))
+		return fail(api.RPCMethodNotFound, api.Errorf(api.CodeInvalidArgument, "%s is a notification: send it without an id", api.RPCCancel))
 	}
-	op, ok := api.Lookup(req.Method)
+	op, ok := api.Lookup(req.method)
 	if !ok {
-		return fail(api.RPCMethodNotFound, api.Errorf(api.CodeNotFound, "no method %q", req.Method))
+		return fail(api.RPCMethodNotFound, api.Errorf(api.CodeNotFound, "no method %q", req.method))
 	}
-	params := req.Params
-	if len(bytes.TrimSpace(params)) == 0 || string(params) == "null" {
+	params := req.params
+	switch {
+	case params == nil:
 		params = json.RawMessage("{}")
+	case params[0] == '[':
+		return fail(api.RPCInvalidParams, api.Errorf(api.CodeInvalidArgument, "params: %s takes named parameters (an object), not an array", req.method))
 	}
 	in := &input{decode: func(v any) error {
 		dec := json.NewDecoder(bytes.NewReader(params))
@@ -212,25 +309,28 @@ func (s *Service) rpcRequest(ctx context.Context, raw []byte, out *rpcWriter, c 
 			return nil
 		}
 	}
-	resp, err := s.call(ctx, c, op.Name, in)
+	result, err := s.call(ctx, c, op.Name, in)
 	if err != nil {
 		e := api.AsError(err)
 		code := api.RPCServerError
-		if e.Code == api.CodeInvalidArgument {
+		switch e.Code {
+		case api.CodeInvalidArgument:
 			code = api.RPCInvalidParams
+		case api.CodeInternal:
+			code = api.RPCInternalError
 		}
 		return fail(code, e)
 	}
 	if notification {
 		return nil
 	}
-	if fc, ok := resp.(*api.FileContent); ok && op.Out == api.BodyRaw {
+	if fc, ok := result.(*api.FileContent); ok && op.Out == api.BodyRaw {
 		fc.Content = buf.Bytes()
 		if fc.Content == nil {
 			fc.Content = []byte{}
 		}
 	}
-	return &rpcMessage{JSONRPC: "2.0", ID: id, Result: resp}
+	return &rpcResponse{ID: id, Result: result}
 }
 
 // validID accepts the ids JSON-RPC allows: a string, a number or null.
@@ -291,12 +391,17 @@ func (o *rpcWriter) cancel(params json.RawMessage) {
 	}
 }
 
-func (o *rpcWriter) send(m rpcMessage) { o.sendRaw(m) }
+// send writes one message: an rpcResponse or an rpcMessage.
+func (o *rpcWriter) send(m any) { o.sendRaw(m) }
 
 func (o *rpcWriter) sendRaw(v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		b, _ = json.Marshal(rpcMessage{JSONRPC: "2.0", ID: json.RawMessage("null"),
+		var id json.RawMessage
+		if r, ok := v.(rpcResponse); ok {
+			id = r.ID
+		}
+		b, _ = json.Marshal(rpcResponse{ID: id,
 			Error: &rpcError{Code: api.RPCInternalError, Message: err.Error(), Data: api.Errorf(api.CodeInternal, "%v", err)}})
 	}
 	o.mu.Lock()

@@ -353,6 +353,7 @@ func (s *Service) end(ctx context.Context, m *managed, reason string, c Caller) 
 		s.mu.Lock()
 		delete(s.sandboxes, m.info.ID)
 		s.mu.Unlock()
+		s.releaseSandboxOutput(m)
 		s.approvals.forgetSandbox(m.tenant, m.info.ID)
 		if serr := s.cfg.Store.EndSandbox(context.Background(), m.info.ID, reason, last, now); serr != nil {
 			s.log.Error("recording the end of a sandbox", "sandbox", m.info.ID, "err", serr)

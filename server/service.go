@@ -21,7 +21,9 @@ import (
 	"os/user"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/moat-sandbox/moat/api"
@@ -75,6 +77,22 @@ type Config struct {
 	// OutputBuffer is how much of a background process's output is
 	// kept for readers that attach later.
 	OutputBuffer int
+	// OutputLimit is the default output_limit of an exec (default
+	// output.DefaultLimit); MaxOutputLimit the largest a call may ask,
+	// per stream (default config.DefaultMaxOutputLimit): above it, 400.
+	OutputLimit, MaxOutputLimit int
+	// OutputMemory and TenantOutputMemory cap the output held in memory
+	// (exec captures in progress, background processes' kept output) by
+	// the daemon and by one tenant (defaults config.DefaultMemoryBudget,
+	// config.DefaultTenantMemoryBudget). See output.go.
+	OutputMemory, TenantOutputMemory int64
+	// OutputDir holds output files (spilled and kept captures), one
+	// directory per tenant, each within TenantOutputDisk bytes; files
+	// are removed OutputRetention after they were written. "" (or a zero
+	// quota or retention) keeps no files.
+	OutputDir        string
+	TenantOutputDisk int64
+	OutputRetention  time.Duration
 	// PruneInterval and PruneBatch pace the pruning of idle and
 	// expired sandboxes; KeepStopped is how long stopped sandboxes stay
 	// in the store.
@@ -83,6 +101,23 @@ type Config struct {
 	KeepStopped   time.Duration
 	// RequestTimeout bounds HTTP requests (default RequestTimeout).
 	RequestTimeout time.Duration
+	// BodyTimeout and BodyChunk bound how slowly a request body may
+	// arrive: its first BodyChunk bytes (or all of it) within BodyTimeout
+	// of the headers, and each next BodyChunk within BodyTimeout of the
+	// previous one (defaults DefaultBodyTimeout, DefaultBodyChunk).
+	BodyTimeout time.Duration
+	BodyChunk   int64
+	// AuthFailRate and AuthFailBurst are the token bucket of failed
+	// authentications per source (IPv4 address or IPv6 /64): over it a
+	// request with a bad token is answered 429. AuthAuditInterval is how
+	// often each source's failures are written to the audit as one
+	// counted auth.denied event; AuthMaxSources bounds the sources
+	// tracked. Defaults DefaultAuthFail*, DefaultAuthAuditInterval,
+	// DefaultAuthMaxSources.
+	AuthFailRate      float64
+	AuthFailBurst     int
+	AuthAuditInterval time.Duration
+	AuthMaxSources    int
 	// Layers is the template and snapshot store; nil serves the host
 	// template only, without snapshots.
 	Layers *rootfs.Store
@@ -134,10 +169,13 @@ type Service struct {
 	metrics   *serverMetrics
 	ops       map[string]handler
 	approvals *approvals
+	out       *outputs        // the output budget and files (output.go)
 	proxy     *netproxy.Proxy // the egress proxy of every sandbox in network mode proxy
+	authFails *authLimiter    // failed authentications, per source
 	pools     *pools          // set by Start
 	criuOnce  sync.Once
-	criu      string // snapshots' Processes field
+	criu      string  // snapshots' Processes field
+	durable   backlog // records waiting for the data disk (durable.go)
 
 	mu        sync.Mutex
 	sandboxes map[string]*managed
@@ -173,6 +211,16 @@ func New(cfg Config) (*Service, error) {
 	def(&cfg.PruneInterval, DefaultPruneInterval)
 	def(&cfg.KeepStopped, DefaultKeepStopped)
 	def(&cfg.RequestTimeout, RequestTimeout)
+	def(&cfg.BodyTimeout, DefaultBodyTimeout)
+	def(&cfg.AuthAuditInterval, DefaultAuthAuditInterval)
+	defInt(&cfg.AuthFailBurst, DefaultAuthFailBurst)
+	defInt(&cfg.AuthMaxSources, DefaultAuthMaxSources)
+	if cfg.AuthFailRate <= 0 {
+		cfg.AuthFailRate = DefaultAuthFailRate
+	}
+	if cfg.BodyChunk <= 0 {
+		cfg.BodyChunk = DefaultBodyChunk
+	}
 	defInt(&cfg.MaxSandboxes, DefaultMaxSandboxes)
 	defInt(&cfg.MaxPerTenant, DefaultMaxPerTenant)
 	defInt(&cfg.OutputBuffer, DefaultOutputBuffer)
@@ -216,7 +264,12 @@ func New(cfg Config) (*Service, error) {
 	s.approvals = newApprovals(s, cfg.ApprovalTimeout)
 	s.proxy = netproxy.New(netproxy.Config{DNSServer: cfg.DNSServer, Logger: cfg.Logger, Events: s.proxyEvent})
 	s.metrics = newMetrics(s)
+	s.authFails = newAuthLimiter(cfg, s.record)
 	s.ops = s.handlers()
+	var err error
+	if s.out, err = newOutputs(&s.cfg, s.log); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -251,6 +304,7 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.pools = s.startPools(s.cfg.Pools)
 	go s.pruneLoop()
+	s.startOutputSweeper()
 	return nil
 }
 
@@ -281,6 +335,8 @@ func (s *Service) Close(ctx context.Context) error {
 	}
 	wg.Wait()
 	s.tasks.Wait()
+	s.authFails.close()
+	s.flushBacklog()
 	return nil
 }
 
@@ -328,7 +384,15 @@ func (s *Service) call(ctx context.Context, c Caller, name string, in *input) (a
 		return nil, api.Errorf(api.CodeNotFound, "no operation %q", name)
 	}
 	start := time.Now()
-	resp, err := h(ctx, c, in)
+	var resp any
+	var err error
+	if gated[name] {
+		// New work waits for a disk that takes its records (durable.go).
+		err = s.writable()
+	}
+	if err == nil {
+		resp, err = h(ctx, c, in)
+	}
 	err = apiError(err)
 	took := time.Since(start)
 	s.metrics.observeCall(name, err, took)
@@ -412,6 +476,12 @@ func apiError(err error) error {
 	var ae *api.Error
 	var fe *sandbox.FileError
 	var se *sandbox.SetupError
+	if res := exhausted(err); res != "" && (!errors.As(err, &ae) || ae.Code == api.CodeInternal) {
+		// The daemon (or the agent of a sandbox, for a file operation)
+		// ran out of file descriptors: 503, never a 500, wherever it
+		// happened (an internal error made of it included).
+		return api.Exhausted(res, "out of open files (try again later): %v", err)
+	}
 	switch {
 	case errors.As(err, &ae):
 		return ae
@@ -427,6 +497,12 @@ func apiError(err error) error {
 		return &api.Error{Code: api.CodeGone, Message: "the process has ended"}
 	case errors.Is(err, store.ErrNotFound):
 		return &api.Error{Code: api.CodeNotFound, Message: err.Error()}
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		// The data disk (the store, the tape, the snapshot store) is full;
+		// the message names the path.
+		return &api.Error{Code: api.CodeStorage, Message: err.Error()}
+	case errors.Is(err, store.ErrUnavailable), errors.Is(err, audit.ErrBroken):
+		return &api.Error{Code: api.CodeUnavailable, Message: err.Error()}
 	case errors.As(err, &se):
 		return &api.Error{Code: api.CodeSetup, Message: err.Error()}
 	case errors.Is(err, context.DeadlineExceeded):
@@ -435,6 +511,27 @@ func apiError(err error) error {
 		return &api.Error{Code: api.CodeTimeout, Message: "the request was cancelled"}
 	}
 	return &api.Error{Code: api.CodeInternal, Message: err.Error()}
+}
+
+// exhausted names the daemon resource an error says is used up:
+// api.ResourceOpenFiles for EMFILE (the daemon's RLIMIT_NOFILE, or that
+// of a sandbox's agent for a file operation) and ENFILE (the system's
+// fs.file-max); "" for anything else. Some libraries (cgroups) keep only
+// the errno's message, so the message counts too.
+func exhausted(err error) string {
+	var fe *sandbox.FileError
+	if errors.As(err, &fe) {
+		if fe.Code == "EMFILE" || fe.Code == "ENFILE" {
+			return api.ResourceOpenFiles
+		}
+		return ""
+	}
+	// ENFILE's message, "too many open files in system", contains
+	// EMFILE's.
+	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || strings.Contains(err.Error(), syscall.EMFILE.Error()) {
+		return api.ResourceOpenFiles
+	}
+	return ""
 }
 
 func mustJSON(v any) json.RawMessage {

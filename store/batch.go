@@ -17,8 +17,8 @@ import (
 // maxBatch bounds the writes committed in one transaction.
 const maxBatch = 256
 
-// errStoreClosed is returned for writes queued after Close.
-var errStoreClosed = errors.New("store: closed")
+// ErrClosed is returned for writes queued after Close.
+var ErrClosed = errors.New("store: closed")
 
 // batchOp is one queued write.
 type batchOp struct {
@@ -44,7 +44,7 @@ func (s *Store) inBatch(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-s.stopBatch:
-		return errStoreClosed
+		return ErrClosed
 	}
 	return <-op.done
 }
@@ -75,15 +75,37 @@ func (s *Store) batcher() {
 // commit runs ops in one transaction. A failed statement is undone by
 // SQLite alone (statement-level rollback), so one op's error does not
 // touch the others.
+//
+// A commit that fails (the disk is full, an I/O error) fails every op of
+// the batch with the same *WriteError: none of them is on disk, and
+// SQLite has rolled the transaction back (it does so by itself on
+// SQLITE_FULL and SQLITE_IOERR; the ROLLBACK below covers the other
+// cases). The connection stays usable: the next batch tries again, so the
+// store recovers by itself once space returns.
 func (s *Store) commit(ops []*batchOp) {
 	errs := make([]error, len(ops))
 	tx, err := s.w.BeginTx(context.Background(), nil)
 	if err == nil {
 		for i, op := range ops {
 			errs[i] = op.run(tx)
+			var we *WriteError
+			if errors.As(writeErr(s.Dir(), errs[i]), &we) {
+				// SQLite may have rolled the whole transaction back:
+				// the batch fails as one.
+				err = errs[i]
+				break
+			}
 		}
-		err = tx.Commit()
+		if err == nil {
+			err = tx.Commit()
+		} else {
+			_ = tx.Rollback()
+		}
+		if err != nil {
+			_, _ = s.w.Exec("ROLLBACK") // "no transaction is active" when SQLite already did
+		}
 	}
+	err = writeErr(s.Dir(), err)
 	for i, op := range ops {
 		if err != nil {
 			errs[i] = err

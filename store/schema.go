@@ -42,6 +42,23 @@ var migrations = [...]string{
 		FOREIGN KEY (sandbox, tenant) REFERENCES sandboxes (id, tenant) ON DELETE CASCADE
 	) STRICT;
 	CREATE INDEX calls_sandbox ON calls (sandbox, started_at);`,
+
+	// 2: captured output leaves the result: the row keeps byte counts, a
+	// short preview of each stream (bytes, not JSON text) and a reference
+	// to the daemon's output files. Rows written before move their output
+	// out of result the same way (a preview of its first 4096 bytes).
+	`ALTER TABLE calls ADD COLUMN stdout_bytes INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE calls ADD COLUMN stderr_bytes INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE calls ADD COLUMN stdout_preview BLOB;
+	ALTER TABLE calls ADD COLUMN stderr_preview BLOB;
+	ALTER TABLE calls ADD COLUMN output_ref TEXT NOT NULL DEFAULT '';
+	UPDATE calls SET
+		stdout_bytes = CAST(coalesce(json_extract(result, '$.stdout_bytes'), 0) AS INTEGER),
+		stderr_bytes = CAST(coalesce(json_extract(result, '$.stderr_bytes'), 0) AS INTEGER),
+		stdout_preview = substr(CAST(coalesce(json_extract(result, '$.stdout'), '') AS BLOB), 1, 4096),
+		stderr_preview = substr(CAST(coalesce(json_extract(result, '$.stderr'), '') AS BLOB), 1, 4096),
+		result = json_remove(result, '$.stdout', '$.stderr')
+	WHERE result IS NOT NULL AND json_valid(result) AND json_type(result) = 'object';`,
 }
 
 // SchemaVersion is the schema version this code writes, stored in the

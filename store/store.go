@@ -137,12 +137,28 @@ type Call struct {
 	// ExitReason says why the call ended ("lost" after a daemon crash).
 	ExitReason string
 	// Result is the full result JSON; it may be nil, else it must be valid JSON.
+	// It should not hold the captured output: that goes in Output.
 	Result json.RawMessage
+	// Output is what the row keeps of the call's captured output.
+	Output CallOutput
+}
+
+// CallOutput is what the store keeps of a call's captured output: byte
+// counts, a short preview of each stream, stored as bytes (a NUL costs one
+// byte), and a reference to files that hold more, kept by the daemon for
+// a retention period.
+type CallOutput struct {
+	StdoutBytes, StderrBytes     int64
+	StdoutPreview, StderrPreview []byte
+	// Ref names the call's output files, relative to the daemon's output
+	// directory ("" for none).
+	Ref string
 }
 
 // Store is an open database. Its methods are safe for concurrent use by many
 // goroutines.
 type Store struct {
+	path      string  // absolute path of the database file
 	w, r      *sql.DB // writer (one connection) and readers
 	st        stmts
 	closeOnce sync.Once
@@ -167,11 +183,12 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
+	dir := filepath.Dir(abs)
 	if err := create(abs); err != nil {
-		return nil, fmt.Errorf("store: open %s: %w", path, err)
+		return nil, fmt.Errorf("store: open %s: %w", path, writeErr(dir, err))
 	}
 
-	s := &Store{}
+	s := &Store{path: abs}
 	// The writer: one connection, kept open for the Store's life, whose
 	// transactions take the write lock up front (BEGIN IMMEDIATE) so that
 	// they never fail half-way for want of it.
@@ -188,7 +205,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 
 	if err := s.setup(ctx); err != nil {
 		s.w.Close()
-		return nil, fmt.Errorf("store: open %s: %w", path, err)
+		return nil, fmt.Errorf("store: open %s: %w", path, writeErr(dir, err))
 	}
 
 	// The readers: WAL lets them read the last commit while the writer
@@ -209,7 +226,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		s.st.close()
 		s.r.Close()
 		s.w.Close()
-		return nil, fmt.Errorf("store: open %s: %w", path, err)
+		return nil, fmt.Errorf("store: open %s: %w", path, writeErr(dir, err))
 	}
 	s.startBatcher()
 	return s, nil
@@ -361,7 +378,7 @@ func (s *Store) PutSandbox(ctx context.Context, sb *Sandbox) error {
 		return errors.New("store: put sandbox: nil sandbox")
 	}
 	if err := s.putSandbox(ctx, sb); err != nil {
-		return fmt.Errorf("store: put sandbox %q: %w", sb.ID, err)
+		return fmt.Errorf("store: put sandbox %q: %w", sb.ID, writeErr(s.Dir(), err))
 	}
 	return nil
 }
@@ -424,7 +441,7 @@ func (s *Store) putSandbox(ctx context.Context, sb *Sandbox) error {
 // stay) and returns nil.
 func (s *Store) EndSandbox(ctx context.Context, id, reason string, lastActive, at time.Time) error {
 	if err := s.endSandbox(ctx, id, reason, lastActive, at); err != nil {
-		return fmt.Errorf("store: end sandbox %q: %w", id, err)
+		return fmt.Errorf("store: end sandbox %q: %w", id, writeErr(s.Dir(), err))
 	}
 	return nil
 }
@@ -567,32 +584,32 @@ type Lost struct{ ID, Tenant string }
 func (s *Store) ReconcileRunning(ctx context.Context, at time.Time) ([]Lost, error) {
 	end, err := nanos(at, "end time")
 	if err != nil {
-		return nil, fmt.Errorf("store: reconcile sandboxes: %w", err)
+		return nil, fmt.Errorf("store: reconcile sandboxes: %w", writeErr(s.Dir(), err))
 	}
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
-		return nil, fmt.Errorf("store: reconcile sandboxes: %w", err)
+		return nil, fmt.Errorf("store: reconcile sandboxes: %w", writeErr(s.Dir(), err))
 	}
 	defer tx.Rollback()
 	rows, err := tx.QueryContext(ctx, `UPDATE sandboxes SET state = 'stopped', end_reason = ?, ended_at = ?
 		WHERE state = 'running' RETURNING id, tenant`, ReasonLost, end)
 	if err != nil {
-		return nil, fmt.Errorf("store: reconcile sandboxes: %w", err)
+		return nil, fmt.Errorf("store: reconcile sandboxes: %w", writeErr(s.Dir(), err))
 	}
 	ids := []Lost{}
 	for rows.Next() {
 		var l Lost
 		if err := rows.Scan(&l.ID, &l.Tenant); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("store: reconcile sandboxes: %w", err)
+			return nil, fmt.Errorf("store: reconcile sandboxes: %w", writeErr(s.Dir(), err))
 		}
 		ids = append(ids, l)
 	}
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return nil, fmt.Errorf("store: reconcile sandboxes: %w", err)
+		return nil, fmt.Errorf("store: reconcile sandboxes: %w", writeErr(s.Dir(), err))
 	}
 	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("store: reconcile sandboxes: %w", err)
+		return nil, fmt.Errorf("store: reconcile sandboxes: %w", writeErr(s.Dir(), err))
 	}
 	return ids, nil
 }
@@ -608,15 +625,15 @@ func (s *Store) PruneStopped(ctx context.Context, endedBefore time.Time, max int
 	}
 	before, err := nanos(endedBefore, "ended-before time")
 	if err != nil {
-		return 0, fmt.Errorf("store: prune sandboxes: %w", err)
+		return 0, fmt.Errorf("store: prune sandboxes: %w", writeErr(s.Dir(), err))
 	}
 	res, err := s.st.pruneStopped.ExecContext(ctx, before, max)
 	if err != nil {
-		return 0, fmt.Errorf("store: prune sandboxes: %w", err)
+		return 0, fmt.Errorf("store: prune sandboxes: %w", writeErr(s.Dir(), err))
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return 0, fmt.Errorf("store: prune sandboxes: %w", err)
+		return 0, fmt.Errorf("store: prune sandboxes: %w", writeErr(s.Dir(), err))
 	}
 	return int(n), nil
 }
@@ -629,7 +646,7 @@ func (s *Store) PutCall(ctx context.Context, c *Call) error {
 		return errors.New("store: put call: nil call")
 	}
 	if err := s.putCall(ctx, c); err != nil {
-		return fmt.Errorf("store: put call %q: %w", c.ID, err)
+		return fmt.Errorf("store: put call %q: %w", c.ID, writeErr(s.Dir(), err))
 	}
 	return nil
 }
@@ -668,8 +685,10 @@ func (s *Store) putCall(ctx context.Context, c *Call) error {
 	// (this driver parses every statement on every run). The foreign key
 	// (sandbox, tenant) refuses a sandbox that is not the tenant's.
 	return s.inBatch(ctx, func(tx *sql.Tx) error {
+		o := &c.Output
 		_, err := tx.Stmt(s.st.insertCall).Exec(c.ID, c.Sandbox, c.Tenant, c.Kind, string(args),
-			started, ended, code, c.ExitReason, result)
+			started, ended, code, c.ExitReason, result,
+			o.StdoutBytes, o.StderrBytes, o.StdoutPreview, o.StderrPreview, o.Ref)
 		switch sqliteCode(err) {
 		case 0:
 			return nil
@@ -681,7 +700,8 @@ func (s *Store) putCall(ctx context.Context, c *Call) error {
 			return err
 		}
 		res, err := tx.Stmt(s.st.replaceCall).Exec(c.Kind, string(args), started, ended, code,
-			c.ExitReason, result, c.ID, c.Sandbox, c.Tenant)
+			c.ExitReason, result, o.StdoutBytes, o.StderrBytes, o.StdoutPreview, o.StderrPreview, o.Ref,
+			c.ID, c.Sandbox, c.Tenant)
 		if err != nil {
 			return err
 		}
@@ -713,13 +733,19 @@ func sqliteCode(err error) int {
 // result (nil or valid JSON), replacing any earlier end. It returns an error
 // wrapping ErrNotFound if there is no such call.
 func (s *Store) FinishCall(ctx context.Context, id string, at time.Time, exitCode int, reason string, result json.RawMessage) error {
-	if err := s.finishCall(ctx, id, at, exitCode, reason, result); err != nil {
-		return fmt.Errorf("store: finish call %q: %w", id, err)
+	return s.FinishCallOutput(ctx, id, at, exitCode, reason, result, nil)
+}
+
+// FinishCallOutput is FinishCall that also records what is kept of the
+// call's output (nil: nothing).
+func (s *Store) FinishCallOutput(ctx context.Context, id string, at time.Time, exitCode int, reason string, result json.RawMessage, out *CallOutput) error {
+	if err := s.finishCall(ctx, id, at, exitCode, reason, result, out); err != nil {
+		return fmt.Errorf("store: finish call %q: %w", id, writeErr(s.Dir(), err))
 	}
 	return nil
 }
 
-func (s *Store) finishCall(ctx context.Context, id string, at time.Time, exitCode int, reason string, result json.RawMessage) error {
+func (s *Store) finishCall(ctx context.Context, id string, at time.Time, exitCode int, reason string, result json.RawMessage, out *CallOutput) error {
 	if id == "" {
 		return errors.New("empty id")
 	}
@@ -732,7 +758,11 @@ func (s *Store) finishCall(ctx context.Context, id string, at time.Time, exitCod
 		return err
 	}
 	return s.inBatch(ctx, func(tx *sql.Tx) error {
-		r, err := tx.Stmt(s.st.finishCall).Exec(end, exitCode, reason, res, id)
+		if out == nil {
+			out = &CallOutput{}
+		}
+		r, err := tx.Stmt(s.st.finishCall).Exec(end, exitCode, reason, res,
+			out.StdoutBytes, out.StderrBytes, out.StdoutPreview, out.StderrPreview, out.Ref, id)
 		if err != nil {
 			return err
 		}
@@ -747,7 +777,8 @@ func (s *Store) finishCall(ctx context.Context, id string, at time.Time, exitCod
 	})
 }
 
-const callCols = `id, sandbox, tenant, kind, args, started_at, ended_at, exit_code, exit_reason, result`
+const callCols = `id, sandbox, tenant, kind, args, started_at, ended_at, exit_code, exit_reason, result,
+	stdout_bytes, stderr_bytes, stdout_preview, stderr_preview, output_ref`
 
 func scanCall(r scanner, c *Call) error {
 	var args []byte
@@ -755,7 +786,8 @@ func scanCall(r scanner, c *Call) error {
 	var ended, code sql.NullInt64
 	var result []byte
 	if err := r.Scan(&c.ID, &c.Sandbox, &c.Tenant, &c.Kind, &args, &started, &ended, &code,
-		&c.ExitReason, &result); err != nil {
+		&c.ExitReason, &result, &c.Output.StdoutBytes, &c.Output.StderrBytes, &c.Output.StdoutPreview,
+		&c.Output.StderrPreview, &c.Output.Ref); err != nil {
 		return err
 	}
 	if err := json.Unmarshal(args, &c.Args); err != nil {
@@ -802,16 +834,16 @@ func (s *Store) ListCalls(ctx context.Context, tenant, sandbox string, limit int
 func (s *Store) ReconcileCalls(ctx context.Context, at time.Time) (int, error) {
 	end, err := nanos(at, "end time")
 	if err != nil {
-		return 0, fmt.Errorf("store: reconcile calls: %w", err)
+		return 0, fmt.Errorf("store: reconcile calls: %w", writeErr(s.Dir(), err))
 	}
 	res, err := s.w.ExecContext(ctx, `UPDATE calls SET ended_at = ?, exit_reason = ? WHERE ended_at IS NULL`,
 		end, ReasonLost)
 	if err != nil {
-		return 0, fmt.Errorf("store: reconcile calls: %w", err)
+		return 0, fmt.Errorf("store: reconcile calls: %w", writeErr(s.Dir(), err))
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return 0, fmt.Errorf("store: reconcile calls: %w", err)
+		return 0, fmt.Errorf("store: reconcile calls: %w", writeErr(s.Dir(), err))
 	}
 	return int(n), nil
 }
@@ -850,10 +882,12 @@ func (st *stmts) prepare(ctx context.Context, w, r *sql.DB) error {
 		{w, &st.pruneStopped, `DELETE FROM sandboxes WHERE rowid IN (
 			SELECT rowid FROM sandboxes WHERE state = 'stopped' AND ended_at < ?
 			ORDER BY ended_at LIMIT ?)`},
-		{w, &st.insertCall, `INSERT INTO calls (` + callCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
+		{w, &st.insertCall, `INSERT INTO calls (` + callCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
 		{w, &st.replaceCall, `UPDATE calls SET kind = ?, args = ?, started_at = ?, ended_at = ?,
-			exit_code = ?, exit_reason = ?, result = ? WHERE id = ? AND sandbox = ? AND tenant = ?`},
-		{w, &st.finishCall, `UPDATE calls SET ended_at = ?, exit_code = ?, exit_reason = ?, result = ?
+			exit_code = ?, exit_reason = ?, result = ?, stdout_bytes = ?, stderr_bytes = ?,
+			stdout_preview = ?, stderr_preview = ?, output_ref = ? WHERE id = ? AND sandbox = ? AND tenant = ?`},
+		{w, &st.finishCall, `UPDATE calls SET ended_at = ?, exit_code = ?, exit_reason = ?, result = ?,
+			stdout_bytes = ?, stderr_bytes = ?, stdout_preview = ?, stderr_preview = ?, output_ref = ?
 			WHERE id = ?`},
 
 		{r, &st.getSandbox, `SELECT ` + sandboxCols + ` FROM sandboxes WHERE id = ? AND tenant = ?`},

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -49,6 +50,12 @@ type serveFlags struct {
 	policyManaged   string
 	policyUser      string
 	approvalTimeout time.Duration
+
+	// fs tells the flags given from the defaults (the config's [api]
+	// section fills what is not given).
+	fs                *pflag.FlagSet
+	maxConnsPerClient int
+	bodyTimeout       time.Duration
 }
 
 const serveLong = `Run the control-plane daemon: long-lived sandboxes, their processes and
@@ -125,6 +132,9 @@ func serveCommand() *command {
 			fl.StringVar(&f.policyManaged, "policy-managed", "", "the managed policy `FILE` (default /etc/moat/policy.toml)")
 			fl.StringVar(&f.policyUser, "policy-user", "", "the user policy `FILE` (default <home>/.config/moat/policy.toml)")
 			fl.DurationVar(&f.approvalTimeout, "approval-timeout", server.DefaultApprovalTimeout, "how long a call held by an ask rule waits for an approver before it is denied")
+			fl.IntVar(&f.maxConnsPerClient, "max-conns-per-client", config.DefaultMaxConnsPerClient, "open HTTP connections one client address (IPv4, IPv6 /64) may hold; 0: no cap (default: the config's [api] max_conns_per_client)")
+			fl.DurationVar(&f.bodyTimeout, "body-timeout", config.DefaultBodyTimeout, "a request body must arrive at [api] body_chunk (1 MiB) per this long at least (default: the config's [api] body_timeout)")
+			f.fs = fl
 		},
 		run: func(ctx context.Context, args []string) error { return runServe(ctx, f, args) },
 	}
@@ -143,6 +153,10 @@ func runServe(ctx context.Context, f *serveFlags, args []string) error {
 		return usageError("--max-sandboxes and --max-per-tenant must be at least 1")
 	case f.approvalTimeout <= 0 || f.approvalTimeout > server.DefaultMaxTimeout:
 		return usageError("--approval-timeout %s: want a duration above 0 and at most %s", f.approvalTimeout, server.DefaultMaxTimeout)
+	case f.maxConnsPerClient < 0:
+		return usageError("--max-conns-per-client %d: want 0 (no cap) or more", f.maxConnsPerClient)
+	case f.bodyTimeout <= 0 || f.bodyTimeout > server.RequestTimeout:
+		return usageError("--body-timeout %s: want a duration above 0 and at most %s", f.bodyTimeout, server.RequestTimeout)
 	}
 	for _, p := range []*string{&f.home, &f.policyManaged, &f.policyUser} {
 		if *p == "" {
@@ -173,6 +187,12 @@ func runServe(ctx context.Context, f *serveFlags, args []string) error {
 	defaults, err := config.Load(f.config)
 	if err != nil {
 		return err
+	}
+	if f.fs == nil || !f.fs.Changed("max-conns-per-client") {
+		f.maxConnsPerClient = defaults.API.MaxConnsPerClient
+	}
+	if f.fs == nil || !f.fs.Changed("body-timeout") {
+		f.bodyTimeout = defaults.API.BodyTimeout
 	}
 	// Take the address first: a daemon that cannot listen stops before it
 	// creates or touches any state.
@@ -216,6 +236,9 @@ func runServe(ctx context.Context, f *serveFlags, args []string) error {
 	// Deferred first, so it runs last: after svc.Close has ended every
 	// sandbox.
 	defer rt.Close()
+	// Now that the spawner runs (the sandboxes inherit its limits, not
+	// these), let the daemon hold as many descriptors as it may.
+	raiseNofile(log)
 	layers, err := openStore(f.store, defaults)
 	if err != nil {
 		return err
@@ -225,8 +248,11 @@ func runServe(ctx context.Context, f *serveFlags, args []string) error {
 		pools = append(pools, server.PoolConfig{Template: p.Template, Profile: p.Profile, Size: p.Size})
 	}
 	tape, err := audit.Open(filepath.Join(dataDir, "audit"))
-	if err != nil {
+	if errors.Is(err, audit.ErrLocked) {
 		return fmt.Errorf("audit tape (is another daemon using %s?): %w", dataDir, err)
+	} else if err != nil {
+		// A full disk reads "no space left on device", with the path.
+		return fmt.Errorf("audit tape: %w", err)
 	}
 	defer tape.Close()
 	st, err := store.Open(ctx, filepath.Join(dataDir, "moat.db"))
@@ -249,6 +275,12 @@ func runServe(ctx context.Context, f *serveFlags, args []string) error {
 		Home: f.home, PolicyManaged: f.policyManaged, PolicyUser: f.policyUser, ApprovalTimeout: f.approvalTimeout,
 		HidePaths: []string{absData, layers.Dir()}, DNSServer: defaults.DNSServer,
 		Layers: layers, Pools: pools, SnapshotQuota: defaults.SnapshotQuota,
+		BodyTimeout: f.bodyTimeout, BodyChunk: defaults.API.BodyChunk, AuthAuditInterval: defaults.API.AuthAuditInterval,
+		AuthFailRate: defaults.API.AuthFailRate, AuthFailBurst: defaults.API.AuthFailBurst,
+		OutputLimit: defaults.OutputLimit, MaxOutputLimit: defaults.Output.MaxLimit,
+		OutputMemory: defaults.Output.MemoryBudget, TenantOutputMemory: defaults.Output.TenantMemoryBudget,
+		OutputDir: filepath.Join(absData, "output"), TenantOutputDisk: defaults.Output.TenantDiskQuota,
+		OutputRetention: defaults.Output.Retention,
 	})
 	if err != nil {
 		return err
@@ -261,7 +293,7 @@ func runServe(ctx context.Context, f *serveFlags, args []string) error {
 	if f.stdio {
 		err = svc.ServeRPC(ctx, os.Stdin, os.Stdout, server.Caller{Tenant: "local", Actor: "stdio", Approver: true})
 	} else {
-		err = serveHTTP(ctx, ln, dataDir, svc, log)
+		err = serveHTTP(ctx, server.LimitConns(ln, f.maxConnsPerClient), dataDir, svc, log, defaults.API.HeaderTimeout)
 	}
 	closeCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
@@ -289,7 +321,7 @@ func listen(addr string) (net.Listener, error) {
 
 // serveHTTP serves the API on ln until ctx ends, then drains open
 // requests.
-func serveHTTP(ctx context.Context, ln net.Listener, dataDir string, svc *server.Service, log *slog.Logger) error {
+func serveHTTP(ctx context.Context, ln *server.ConnLimiter, dataDir string, svc *server.Service, log *slog.Logger, headerTimeout time.Duration) error {
 	tokens, created, err := server.LoadTokens(dataDir)
 	if err != nil {
 		return err
@@ -303,6 +335,7 @@ func serveHTTP(ctx context.Context, ln net.Listener, dataDir string, svc *server
 		log.Info("created an API token and an approver token for tenant \"default\"", "file", tokenPath,
 			"approver_file", filepath.Join(dataDir, server.ApproverTokenFile))
 	}
+	ln.OnRefuse = func(src string) { svc.ConnRefused(src) }
 	log.Info("listening", "url", url, "token_file", tokenPath, "data", dataDir)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -318,7 +351,7 @@ func serveHTTP(ctx context.Context, ln net.Listener, dataDir string, svc *server
 	}()
 	srv := &http.Server{
 		Handler:           svc.Handler(tokens),
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: headerTimeout,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -342,6 +375,51 @@ func serveHTTP(ctx context.Context, ln net.Listener, dataDir string, svc *server
 		_ = srv.Close()
 	}
 	return nil
+}
+
+// nofileTarget is the RLIMIT_NOFILE a daemon running as root asks for
+// (at most fs.nr_open): every sandbox, process, stream and connection
+// holds descriptors.
+const nofileTarget = 1 << 20
+
+// raiseNofile raises the daemon's RLIMIT_NOFILE: the soft limit to the
+// hard one, and both to nofileTarget when the daemon may (root). Go
+// already lifts the soft limit at start; the hard one is what a default
+// install (systemd: 524288; a login shell: often far less) keeps low.
+func raiseNofile(log *slog.Logger) {
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
+		log.Warn("reading RLIMIT_NOFILE", "err", err)
+		return
+	}
+	want := old
+	want.Cur = old.Max
+	target := uint64(nofileTarget)
+	if b, err := os.ReadFile("/proc/sys/fs/nr_open"); err == nil {
+		if n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && n < target {
+			target = n
+		}
+	}
+	if old.Max < target {
+		want.Cur, want.Max = target, target
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err != nil {
+			// Not root (no CAP_SYS_RESOURCE): up to the hard limit.
+			want.Cur, want.Max = old.Max, old.Max
+		} else {
+			log.Info("raised the open files limit", "from", old.Cur, "to", want.Cur)
+			return
+		}
+	}
+	if want.Cur != old.Cur {
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err != nil {
+			log.Warn("raising RLIMIT_NOFILE", "err", err)
+			return
+		}
+		log.Info("raised the open files limit", "from", old.Cur, "to", want.Cur)
+	}
+	if want.Cur < 4096 {
+		log.Warn("the open files limit is low: sandboxes and connections will run out of descriptors", "limit", want.Cur)
+	}
 }
 
 // capLogValue cuts a log line's string and error values to
