@@ -75,12 +75,48 @@ type Network struct {
 	Mode string `json:"mode,omitempty"`
 	// AllowDomains admits destinations through the egress proxy (mode
 	// proxy): names ("pypi.org") and subdomain wildcards
-	// ("*.github.com", which does not match github.com itself). Raw IP
-	// addresses and CIDR ranges are admitted only by the daemon's policy
-	// files (allow Net(cidr:...)), never by a caller.
+	// ("*.github.com", which does not match github.com itself). An IP
+	// address or CIDR range ("127.0.0.1", "10.0.0.0/8") is accepted only
+	// inside the managed policy's allow_cidr_entries (else 403
+	// policy_denied). In an answer: the effective allowlist, without the
+	// entries listed in dropped.
 	AllowDomains []string `json:"allow_domains,omitempty"`
 	// DenyDomains refuses destinations even where an allowlist admits
 	// them (names, wildcards, IP addresses or CIDR ranges).
+	DenyDomains []string `json:"deny_domains,omitempty"`
+	// Dropped (answers only) are the requested allow_domains entries the
+	// policy's ceiling refuses entirely: a deny rule of a policy file (or
+	// of the sandbox's own rules, or deny_domains) covers all they name.
+	// They stay refused, by that rule.
+	Dropped []NetworkDrop `json:"dropped,omitempty"`
+}
+
+// NetworkDrop is an allowlist entry the policy's ceiling refuses.
+type NetworkDrop struct {
+	// Entry is the allow_domains entry as given.
+	Entry string `json:"entry"`
+	// Rule is the deny rule that covers it, Source where that rule is
+	// written ("user /root/.config/moat/policy.toml:3").
+	Rule   string `json:"rule,omitempty"`
+	Source string `json:"source,omitempty"`
+	// Reason says it in a sentence.
+	Reason string `json:"reason"`
+}
+
+// SetNetwork sets a running sandbox's network mode and allowlist
+// (sandbox.network): the whole network is replaced, like a create's
+// network field. none -> proxy adds the egress proxy's listener inside
+// the sandbox's network namespace; proxy -> none closes it and every
+// proxied connection; open can be neither entered nor left after the
+// create (409 conflict).
+type SetNetwork struct {
+	// Sandbox is the sandbox's id.
+	Sandbox string `json:"sandbox"`
+	// Mode is none, proxy or open; empty keeps the sandbox's mode.
+	Mode string `json:"mode,omitempty"`
+	// AllowDomains is the new allowlist (mode proxy), as in a create.
+	AllowDomains []string `json:"allow_domains,omitempty"`
+	// DenyDomains is the new list of refused destinations (mode proxy).
 	DenyDomains []string `json:"deny_domains,omitempty"`
 }
 

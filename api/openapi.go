@@ -641,7 +641,7 @@ func opStatuses(op Op) []int {
 	}
 	switch op.Name {
 	case OpSandboxCreate, OpExec, OpStart, OpStdin, OpFileWrite, OpFileMkdir, OpFileRemove, OpFileMove, OpFileUpload,
-		OpSnapshotCreate, OpSnapshotFork, OpSandboxRestore:
+		OpSnapshotCreate, OpSnapshotFork, OpSandboxRestore, OpSandboxNetwork:
 		// New work: insufficient_storage while the daemon's data disk is
 		// full (refused before it runs; or, for exec and start, ran but not
 		// yet recorded: the error's result holds what it answered).
@@ -652,6 +652,8 @@ func opStatuses(op Op) []int {
 		add(403, 429, 503) // 403: host paths refused, policy_denied
 	case OpExec:
 		add(403) // policy_denied
+	case OpSandboxNetwork:
+		add(403) // policy_denied: mode open, an address entry the managed policy does not permit
 	case OpStart:
 		add(403, 429) // policy_denied; resource_exhausted: too many running processes
 	case OpApprovalGet:
@@ -857,7 +859,7 @@ var enums = map[string][]string{
 	"Event.type":          {EventStdout, EventStderr, EventExit, EventError, EventLost, EventApproval},
 	"Error.code":          errorCodes,
 	"Result.exit_reason": {string(sandbox.ReasonExited), string(sandbox.ReasonSignaled), string(sandbox.ReasonTimeout),
-		string(sandbox.ReasonOOM), string(sandbox.ReasonKilled), string(sandbox.ReasonSetupError)},
+		string(sandbox.ReasonSandboxTimeout), string(sandbox.ReasonOOM), string(sandbox.ReasonKilled), string(sandbox.ReasonSetupError)},
 	"FileInfo.type":           {"file", "dir", "symlink", "other"},
 	"Health.status":           {"ok", "unavailable"},
 	"AuditEvent.decision":     {audit.DecisionAllow, audit.DecisionDeny, audit.DecisionAsk},
@@ -971,7 +973,9 @@ var fieldDocs = map[string]string{
 	"AuditQuery.limit":               fmt.Sprintf("At most this many events (default %d, at most %d).", audit.DefaultLimit, audit.MaxLimit),
 	"AuditQuery.newest":              "Return the last limit matching events instead of the first ones (still in sequence order); more then says older ones match.",
 	"AuditPage.more":                 "More events match: after the last one returned, or before the first one with newest.",
-	"Result.exit_code":               "The exit status; 124 timeout, 125 setup failure, 126 not executable, 127 not found, 128+N killed by signal N.",
+	"Result.exit_code":               "The exit status; 124 timeout (the call's, or the sandbox's maximum age: see exit_reason), 125 setup failure, 126 not executable, 127 not found, 128+N killed by signal N.",
+	"Result.exit_reason":             "How the call ended. timeout: the call's own timeout_ms; sandbox_timeout: the call was still running when its sandbox reached its maximum age (the sandbox's timeout_ms) and was ended, so the sandbox is gone (exit 124 both); oom: the kernel's OOM killer ended the main process (exit 137); killed: cancelled; setup_error: the process could not be started (exit 125).",
+	"Result.oom_kills":               "Processes the kernel's OOM killer ended in the sandbox's memory cgroup while the call ran, the main process or any other (a child killed while the main process survives is counted here only); absent when none. The memory cgroup is the sandbox's: calls running at the same time in one sandbox count each other's kills.",
 	"Result.signal":                  "The number of the signal that ended the process, if any.",
 	"Result.time_to_first_output_ms": "-1 when the process wrote nothing.",
 	"Result.stdout":                  "Captured stdout (process.exec without stream), capped by output_limit; bytes that are not UTF-8 appear as U+FFFD.",
@@ -1028,7 +1032,7 @@ var opDocs = map[string]string{
 	OpSandboxGet:    "A stopped sandbox is still described (from the store) for a day after it ended.",
 	OpSandboxDelete: "Answers with the sandbox, stopped, end_reason deleted.",
 	OpExec: "One exec at a time per sandbox unless concurrent is true (else 409 busy). The request lasts as long as the process. " +
-		"A process that could not be started still answers 200 with exit_code 125 and exit_reason setup_error. " +
+		"A process that could not be started still answers 200 with exit_code 125 and exit_reason setup_error; one still running when its sandbox reaches its maximum age answers 200 with exit_code 124 and exit_reason sandbox_timeout (the sandbox has ended). " +
 		"With stream=true, output arrives as stdout/stderr events and the last event is exit (with the result) or error.",
 	OpStart:     "stdin and stdin_base64 are refused: write to the process with process.stdin. The process's output is kept for process.output.",
 	OpOutput:    "Events are stdout/stderr (text, or data in base64), lost (output before it was dropped: the buffer is bounded), then exit once the process has ended. An error after the stream began arrives as an error event.",
@@ -1045,6 +1049,13 @@ var opDocs = map[string]string{
 		"Process state is not captured (see processes). A sandbox whose workspace is a host directory, or with a writable bind, is 400: a snapshot would miss those files. 501 where the host has no freezer or the server no template store. " +
 		"Sparse files keep their holes. 413 over the capture caps (8 GiB of files, apparent size; 1,000,000 entries); 507 insufficient_storage when the tenant's snapshots would pass their store quota (nothing is kept).",
 	OpSandboxRestore: "The sandbox keeps its id, policy, limits and network; its filesystem becomes the snapshot's and every process of it ends (their records go). The snapshot may be of another template.",
+	OpSandboxNetwork: "The body replaces the sandbox's whole network (mode, allow_domains, deny_domains); an empty mode keeps the current one. " +
+		"none -> proxy creates the egress proxy's listener (127.0.0.1:3128) inside the running sandbox's network namespace; proxy -> none closes it and every proxied connection. " +
+		"open can be neither entered nor left after the create: 409 conflict. " +
+		"An IP or CIDR entry in allow_domains outside the managed policy's allow_cidr_entries is 403 policy_denied. " +
+		"Entries a deny rule of any policy layer covers are answered in dropped, with the rule, and stay refused. " +
+		"The new policy decides the next connection and request as soon as the answer is sent; a change that narrows it closes the proxied connections open under the old one. " +
+		"Audited as sandbox.network with the previous and the new network.",
 	OpSnapshotList:   "Only the caller's tenant's snapshots, oldest first, with what they cost in the store together (store_bytes) and the tenant's quota (store_quota).",
 	OpSnapshotGet:    "Another tenant's snapshot is 404.",
 	OpSnapshotDelete: "409 conflict while a snapshot is layered on it or a live sandbox (a fork, a restored sandbox) uses it.",

@@ -63,6 +63,7 @@ const (
 	OpFileUpload     = "file.upload"
 	OpFileDownload   = "file.download"
 	OpSandboxRestore = "sandbox.restore"
+	OpSandboxNetwork = "sandbox.network"
 	OpTemplateList   = "template.list"
 	OpSnapshotCreate = "snapshot.create"
 	OpSnapshotList   = "snapshot.list"
@@ -93,6 +94,7 @@ var Ops = []Op{
 	{OpSandboxList, "GET", "/v1/sandboxes", BodyNone, BodyJSON, "List the caller's sandboxes.", ListSandboxes{}, SandboxList{}},
 	{OpSandboxGet, "GET", sb, BodyNone, BodyJSON, "Describe one sandbox.", SandboxRef{}, Sandbox{}},
 	{OpSandboxDelete, "DELETE", sb, BodyNone, BodyJSON, "Kill every process of a sandbox and remove it.", SandboxRef{}, Sandbox{}},
+	{OpSandboxNetwork, "PUT", sb + "/network", BodyJSON, BodyJSON, "Set a running sandbox's network mode and allowlist, within the policy's ceiling.", SetNetwork{}, Network{}},
 	{OpExec, "POST", sb + "/exec", BodyJSON, BodyJSON, "Run a process to completion; with stream=true the answer is an NDJSON event stream.", Exec{}, sandbox.Result{}},
 	{OpStart, "POST", sb + "/processes", BodyJSON, BodyJSON, "Start a process in the background.", Exec{}, Process{}},
 	{OpProcessList, "GET", sb + "/processes", BodyNone, BodyJSON, "List the sandbox's processes.", SandboxRef{}, ProcessList{}},

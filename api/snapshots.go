@@ -19,8 +19,11 @@ type Template struct {
 	Env     []string       `json:"env,omitempty"`
 	Workdir string         `json:"workdir,omitempty"`
 	Limits  sandbox.Limits `json:"limits"`
-	// ImageUser is what an OCI image's config names; processes run as
-	// the sandbox user (uid 1000) regardless.
+	// ImageUser is the template's user (an OCI image's User, or the
+	// import's --user; "" is root). Processes run as the sandbox user
+	// (uid 1000), which owns in the sandbox what this user owns in the
+	// template, so they can write where it could (into the sandbox's
+	// private upper layer).
 	ImageUser string `json:"image_user,omitempty"`
 	Bytes     int64  `json:"bytes"`
 	Entries   int    `json:"entries"`

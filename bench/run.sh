@@ -8,13 +8,16 @@
 #   CONTROLPLANE_ARGS=skip bash bench/run.sh     # without the control plane
 #   ROOTFS_ARGS="--rounds 50" bash bench/run.sh  # bench/rootfs flags (or skip)
 #   DENSITY_ARGS="--levels 1,10,100" bash bench/run.sh  # bench/density flags (or skip)
+#   DAEMON_ARGS="--rounds 2" bash bench/run.sh   # bench/daemon flags (or skip)
 #
 # Installs what it needs from Debian when missing (bubblewrap, runc,
 # runsc, crun, hyperfine, busybox-static), builds moat from this checkout,
 # then runs, each writing bench/results/NAME.json (and .md):
 # bench/startup (cold start: moat, bare, bwrap, runc, runsc, crun),
 # bench/syscall, bench/policy, bench/netproxy, bench/controlplane (time to
-# interactive, exec round trip, soak), bench/rootfs (warm pool, templates,
+# interactive, exec round trip, soak), bench/daemon (output floods, durable
+# exec throughput and an auth flood, against the daemon before issue 17,
+# which it builds from git archive), bench/rootfs (warm pool, templates,
 # snapshots, forks) and bench/density (live sandboxes, memory, scaling),
 # and last bench/report, which writes docs/PERFORMANCE.md, its plots in
 # docs/perf/ and bench/results/summary.json from those results. Exits
@@ -105,6 +108,13 @@ if [[ ${CONTROLPLANE_ARGS:-} != skip ]]; then
 	CGO_ENABLED=0 go run ./bench/controlplane --moat bin/moat \
 		--json bench/results/controlplane.json \
 		--markdown bench/results/controlplane.md ${CONTROLPLANE_ARGS:-} || status=$?
+fi
+if [[ ${DAEMON_ARGS:-} != skip ]]; then
+	log "running bench/daemon ${DAEMON_ARGS:-} (moat serve under output floods, durable exec throughput and an auth flood, new against the daemon before issue 17)"
+	# shellcheck disable=SC2086 # DAEMON_ARGS is a list of flags
+	CGO_ENABLED=0 go run ./bench/daemon --moat bin/moat \
+		--json bench/results/daemon.json \
+		--markdown bench/results/daemon.md ${DAEMON_ARGS:-} >/dev/null || status=$?
 fi
 if [[ ${ROOTFS_ARGS:-} != skip ]]; then
 	log "running bench/rootfs ${ROOTFS_ARGS:-} (warm pool claim, cold create host vs OCI template, snapshot, fork)"

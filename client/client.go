@@ -5,7 +5,11 @@
 //   - HTTP to a running `moat serve` (MOAT_URL, bearer token MOAT_TOKEN);
 //   - stdio: the client starts `moat serve --stdio` as its own child and
 //     speaks JSON-RPC 2.0 over its standard input and output. The child
-//     and every sandbox it made end when the client is closed.
+//     and every sandbox it made end when the client is closed (or this
+//     program ends, even killed); without MOAT_DATA the child's data
+//     directory is temporary and removed with it. The child logs to a
+//     file in its data directory, not to stderr (MOAT_LOG_STDERR=1 in
+//     the environment it inherits sends the log to stderr).
 //
 // Both transports carry the same operations ([api.Ops]) with the same
 // bodies, so the same code runs over either.
@@ -17,9 +21,10 @@
 //	MOAT_MODE        http or stdio (default: http if MOAT_URL is set, else stdio)
 //	MOAT_URL         base URL of the daemon (default http://127.0.0.1:7070), or unix:/PATH of its socket
 //	MOAT_TOKEN       API token (http)
-//	MOAT_TOKEN_FILE  file holding the token when MOAT_TOKEN is empty (default /var/lib/moat/token)
+//	MOAT_TOKEN_FILE  file holding the token when MOAT_TOKEN is empty (default <MOAT_DATA>/token, else /var/lib/moat/token)
 //	MOAT_BIN         the moat binary started in stdio mode (default "moat", from PATH)
-//	MOAT_DATA        passed as --data to `moat serve --stdio` when set
+//	MOAT_DATA        http: the daemon's data directory, whose token file is read;
+//	                 stdio: passed as --data to `moat serve --stdio` (which then keeps it)
 //
 // [WithHTTP] and [WithStdio] choose a transport in code instead.
 //
@@ -71,6 +76,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -151,8 +157,8 @@ func WithHTTP(baseURL, token string) Option {
 }
 
 // WithHTTPFromEnv talks HTTP to the daemon named by MOAT_URL (default
-// [DefaultURL]) with the token of MOAT_TOKEN or MOAT_TOKEN_FILE, whatever
-// MOAT_MODE says. Commands that need a long-lived daemon (the CLI's
+// [DefaultURL]) with the token of MOAT_TOKEN, MOAT_TOKEN_FILE or
+// <MOAT_DATA>/token (default [DefaultTokenFile]), whatever MOAT_MODE says. Commands that need a long-lived daemon (the CLI's
 // `moat sandbox`) use it.
 func WithHTTPFromEnv() Option {
 	return envHTTP
@@ -182,8 +188,10 @@ func WithStdio(binary string, args ...string) Option {
 	}
 }
 
-// WithStderr sends the stdio child's standard error (its log) to w
-// instead of this process's standard error; io.Discard drops it.
+// WithStderr sends the stdio child's standard error to w instead of this
+// process's standard error; io.Discard drops it. The child writes there
+// only when it cannot start, or its log when MOAT_LOG_STDERR=1 is set
+// (otherwise the log goes to serve.log in its data directory).
 func WithStderr(w io.Writer) Option {
 	return func(s *settings) error {
 		s.stderr = w
@@ -254,6 +262,9 @@ func envHTTP(s *settings) error {
 	tok := os.Getenv("MOAT_TOKEN")
 	if tok == "" {
 		file := os.Getenv("MOAT_TOKEN_FILE")
+		if file == "" && os.Getenv("MOAT_DATA") != "" {
+			file = filepath.Join(os.Getenv("MOAT_DATA"), "token")
+		}
 		if file == "" {
 			file = DefaultTokenFile
 		}

@@ -415,3 +415,19 @@ func (p *Process) Wait(ctx context.Context) (*api.Process, error) {
 		}
 	}
 }
+
+// SetNetwork sets the running sandbox's network (sandbox.network): n's
+// mode (empty keeps the current one), allow_domains and deny_domains
+// replace the sandbox's. The answer is the network the sandbox now has:
+// the effective allowlist, and in Dropped the entries the policy's
+// ceiling refuses. Mode open can be neither entered nor left (conflict);
+// an IP or CIDR entry outside the managed policy's allow_cidr_entries is
+// policy_denied. The egress proxy decides the next connection with it.
+func (s *Sandbox) SetNetwork(ctx context.Context, n api.Network) (*api.Network, error) {
+	req := api.SetNetwork{Sandbox: s.id, Mode: n.Mode, AllowDomains: n.AllowDomains, DenyDomains: n.DenyDomains}
+	var out api.Network
+	if err := s.c.call(ctx, api.OpSandboxNetwork, req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

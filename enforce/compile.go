@@ -117,6 +117,11 @@ func Compile(eff *policy.Effective, spec *sandbox.Spec, o Options) (*sandbox.Spe
 		if b.Writable {
 			req, what = policy.WritePath(b.Source), "--rw "+b.Source
 		}
+		// A symlink is never bound (the runtime opens the source without
+		// following it): say so before the policy judges where it points.
+		if fi, err := os.Lstat(b.Source); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+			return nil, nil, fmt.Errorf("%w: %s is a symlink; bind the path it points to", sandbox.ErrInvalidSpec, what)
+		}
 		if d := eff.Decide(req); d.Effect != policy.Allow {
 			return nil, nil, &DeniedError{What: what, Decision: d}
 		}

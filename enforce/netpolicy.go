@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,9 +22,15 @@ type NetPolicy struct {
 	Current func() *policy.Effective
 	// Ask answers an ask decision, holding the connection meanwhile; it
 	// returns whether the connection may go ahead and how the approval
-	// was answered ("approved", "refused", "timeout", …). Nil denies
-	// every ask.
+	// was answered, a phrase that completes the decision's reason on its
+	// own ("approval ap_1 allowed by alice", "refused on the terminal").
+	// Nil denies every ask.
 	Ask func(ctx context.Context, d policy.Decision) (bool, string)
+	// InternalHint, when set, says what admits an internal address
+	// (loopback, private, metadata…) to the caller of this sandbox, in
+	// its own terms (moat run: --allow-domain); it replaces the policy's
+	// wording, which speaks of allow Net(cidr:…) rules.
+	InternalHint func(addr string) string
 
 	// approved holds raw IP destinations whose ask Decide has just
 	// approved, so that the address check of the same connection does
@@ -54,9 +61,12 @@ func (p *NetPolicy) Decide(ctx context.Context, host string, port int) netproxy.
 		if a, err := netip.ParseAddr(host); err == nil {
 			p.approved.Store(a.Unmap(), time.Now())
 		}
-		v.Reason = d.Reason + "; approval: " + how
+		v.Reason = d.Reason + "; " + how
 	} else {
-		v.Reason = d.Reason + "; approval " + how + ": denied"
+		v.Reason = d.Reason + "; " + how
+		if !strings.HasSuffix(how, "denied") {
+			v.Reason += ": denied"
+		}
 	}
 	return v
 }
@@ -65,6 +75,10 @@ func (p *NetPolicy) Decide(ctx context.Context, host string, port int) netproxy.
 func (p *NetPolicy) Addr(a netip.Addr, special bool) netproxy.Verdict {
 	d := p.Current().DecideAddr(a, special)
 	v := netproxy.Verdict{Allow: d.Effect == policy.Allow, Code: "blocked-address", Reason: d.Reason, Rule: ruleText(d.Rule)}
+	if d.Effect == policy.Deny && p.InternalHint != nil && d.Rule != nil && d.Rule.Layer == policy.Builtin && d.Rule.Text == policy.InternalAddressRule {
+		ip := a.Unmap().String()
+		v.Reason = "denied: address " + ip + " is internal (loopback, private, link-local, metadata or the host's own); " + p.InternalHint(ip)
+	}
 	if d.Effect == policy.Ask {
 		// Only a raw IP destination that its own ask approved gets
 		// through; a name's answer in an ask range cannot be held for

@@ -57,6 +57,7 @@ const (
 // against their digests, and every layer against the config's diff_ids: a
 // mismatch is ErrDigest. Temporary files (a decompressed or unpacked
 // archive) go in a directory next to dst that is removed on return.
+// Errors do not repeat src: the caller names it.
 func ImportOCI(ctx context.Context, src, ref, dst string, opt Options) (*Image, *Stats, error) {
 	w, err := newWriter(ctx, dst, opt)
 	if err != nil {
@@ -67,7 +68,7 @@ func ImportOCI(ctx context.Context, src, ref, dst string, opt Options) (*Image, 
 	defer imp.cleanup()
 	img, err := imp.open()
 	if err != nil {
-		return nil, nil, fmt.Errorf("import %s: %w", src, err)
+		return nil, nil, err
 	}
 	x, err := newExtractor(w, true)
 	if err != nil {
@@ -79,12 +80,12 @@ func ImportOCI(ctx context.Context, src, ref, dst string, opt Options) (*Image, 
 		}
 		x.startLayer()
 		if err := imp.apply(x, &img.layers[i]); err != nil {
-			return nil, nil, fmt.Errorf("import %s: layer %d of %d: %w", src, i+1, len(img.layers), err)
+			return nil, nil, fmt.Errorf("layer %d of %d: %w", i+1, len(img.layers), err)
 		}
 	}
 	stats, err := x.finish()
 	if err != nil {
-		return nil, nil, fmt.Errorf("import %s: %w", src, err)
+		return nil, nil, err
 	}
 	return img.info, stats, nil
 }

@@ -132,6 +132,12 @@ type Setup struct {
 	// SharedNet: the sandbox shares the host's network namespace (mode
 	// open), so the init leaves its interfaces alone.
 	SharedNet bool `json:"shared_net,omitempty"`
+	// WritableRoot: the root overlay is an imported template's, whose
+	// files the sandbox user may own; Landlock then grants writes in the
+	// root's own directories too (every entry of the root but /dev, /proc,
+	// /sys, read-only binds and restricted paths), not only in the
+	// writable places.
+	WritableRoot bool `json:"writable_root,omitempty"`
 }
 
 // Restriction modes (sandbox.RestrictMode on the wire).

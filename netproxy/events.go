@@ -64,9 +64,10 @@ type Event struct {
 	// for HTTP, the response body).
 	BytesDown int64 `json:"bytes_down,omitempty"`
 	// Duration is, for "close", how long the tunnel or request lasted;
-	// DurationMs is the same in milliseconds, as JSON carries it.
+	// DurationMs is the same in whole milliseconds, as JSON carries it
+	// (an integer, as every duration_ms of moat; absent under 1 ms).
 	Duration   time.Duration `json:"-"`
-	DurationMs float64       `json:"duration_ms,omitempty"`
+	DurationMs int64         `json:"duration_ms,omitempty"`
 }
 
 // emit stamps, logs and delivers an event.
@@ -75,7 +76,7 @@ func (e *Endpoint) emit(ev Event) {
 		ev.Time = time.Now()
 	}
 	if ev.Duration > 0 {
-		ev.DurationMs = float64(ev.Duration.Microseconds()) / 1000
+		ev.DurationMs = ev.Duration.Milliseconds()
 	}
 	if r := e.p.cfg.Redact; r != nil {
 		ev.Host, ev.Addr, ev.Reason, ev.Rule = r(ev.Host), r(ev.Addr), r(ev.Reason), r(ev.Rule)

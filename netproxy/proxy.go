@@ -238,6 +238,26 @@ func (e *Endpoint) Close() error {
 	return nil
 }
 
+// CloseConnections closes every open connection of the endpoint (client
+// and upstream sides) and its idle upstream connections, and keeps
+// serving: a client connects again and is judged by the policy of that
+// moment. A narrowed policy ends the tunnels it would no longer open this
+// way. It returns how many client connections were open.
+func (e *Endpoint) CloseConnections() int {
+	e.mu.Lock()
+	closers := make([]io.Closer, 0, len(e.conns))
+	for c := range e.conns {
+		closers = append(closers, c)
+	}
+	n := e.clients
+	e.mu.Unlock()
+	for _, c := range closers {
+		c.Close()
+	}
+	e.transport.CloseIdleConnections()
+	return n
+}
+
 type admitResult int
 
 const (

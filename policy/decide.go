@@ -410,9 +410,13 @@ func (e *Effective) DecideAddr(a netip.Addr, special bool) Decision {
 		}
 	}
 	return Decision{Request: r, Effect: Deny, Host: r.Host,
-		Rule:   builtin(Deny, "internal address"),
+		Rule:   builtin(Deny, InternalAddressRule),
 		Reason: "denied: address " + r.Host + " is internal (loopback, private, link-local, metadata or the host's own); only an allow cidr: entry naming it admits it"}
 }
+
+// InternalAddressRule is the text of the built-in rule DecideAddr refuses
+// an internal address with.
+const InternalAddressRule = "internal address"
 
 // OpenNetwork reports whether the operator's managed policy file permits
 // network mode open (open_network = true).

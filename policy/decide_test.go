@@ -292,21 +292,24 @@ func TestExecUncertain(t *testing.T) {
 	e := mustCompile(t, tctx, f)
 	checkDecisions(t, e, []dcase{
 		// The first word is unknown: the strictest Exec rule of the policy.
-		{ExecShell("$X push"), Deny, "deny Exec(rm -rf /*)", "cannot be judged with confidence"},
+		{ExecShell("$X push"), Deny, "deny Exec(rm -rf /*)", "cannot be known before it runs (the command word is only known at run time (`$X`)), so the strictest Exec rule of the policy applies"},
 		{ExecShell("`which git` push"), Deny, "deny Exec(rm -rf /*)", ""},
 		// policy/shell does not say which word is uncertain, and gives the
 		// literal parts of a word with an expansion ("${X}m" is "m"): the
 		// name of a command with an uncertain word is not known.
-		{ExecShell("${X}m -rf /"), Deny, "deny Exec(rm -rf /*)", "all Exec rules of the policy"},
-		{ExecShell("git $X"), Deny, "deny Exec(rm -rf /*)", "all Exec rules of the policy"},
-		{ExecShell("npm $X"), Deny, "deny Exec(rm -rf /*)", ""},
+		{ExecShell("${X}m -rf /"), Deny, "deny Exec(rm -rf /*)", "the strictest Exec rule of the policy"},
+		// A dynamic argument: the strictest of the rules that could match.
+		{ExecShell("git $X"), Ask, "ask Exec(git push*)", "argument 1 of `git` is only known at run time (`$X`)); ask Exec(git push*) could match it"},
+		{ExecShell("npm $X"), Allow, "allow Exec(npm *)", "allow Exec(npm *) could match it"},
+		{ExecShell("rm $X"), Deny, "deny Exec(rm -rf /*)", "could match"},
+		{ExecShell("rm -f $X"), Allow, "profile untrusted: default", ""},
 		// The words are literal, only what xargs or find add is not: the
 		// strictest rule that could match a command of that name.
-		{ExecShell("echo x | xargs git push"), Ask, "ask Exec(git push*)", "could match a `git` command"},
-		{ExecShell("echo x | xargs git"), Ask, "ask Exec(git push*)", "could match a `git` command"},
+		{ExecShell("echo x | xargs git push"), Ask, "ask Exec(git push*)", "`git push` matches"},
+		{ExecShell("echo x | xargs git"), Ask, "ask Exec(git push*)", "xargs appends arguments it reads from its input); ask Exec(git push*) could match it"},
 		{ExecShell("echo x | xargs npm"), Allow, "allow Exec(npm *)", "strictest of the Exec rules that could match"},
 		{ExecShell("echo x | xargs ls"), Allow, "profile untrusted: default", ""},
-		{ExecShell("find . -exec rm {} ;"), Deny, "deny Exec(rm -rf /*)", "could match a `rm` command"},
+		{ExecShell("find . -exec rm {} ;"), Deny, "deny Exec(rm -rf /*)", "argument 1 of `rm` is only known at run time (`{}`)"},
 		// Unparsable: the strictest Exec rule of the policy.
 		{ExecShell("echo 'unterminated"), Deny, "deny Exec(rm -rf /*)", "does not parse"},
 	})

@@ -186,8 +186,8 @@
 //
 // An Exec request is an argv or a shell string. A string is parsed with
 // policy/shell, which returns every simple command (through pipelines,
-// lists, substitutions, sh -c strings, eval, and wrappers such as env,
-// sudo, xargs, find -exec). An argv is judged as it is and also as
+// lists, loops, substitutions, sh -c strings, eval, and wrappers such as
+// env, sudo, xargs, find -exec). An argv is judged as it is and also as
 // policy/shell reads it once each word is single-quoted, so its wrappers
 // are unwrapped the same way. The engine also looks into wrappers itself:
 // for a wrapper program (env, command, exec, nice, timeout, sudo, xargs,
@@ -199,21 +199,73 @@
 // request's effect is the most restrictive over all these commands
 // (wrapper and unwrapped forms alike); Decision.Commands lists them.
 //
-// A command that cannot be parsed with confidence (shell.Command.Uncertain,
-// e.g. "$X push" or "git $X") never gets a more lenient decision than the
-// rules that could apply to it: its effect is the most restrictive of the
-// Exec rules that match its words and of every Exec rule whose pattern
-// could match a command starting with its normalized name (Exec(git push*)
-// could, for "git"). The name counts as known only when the command's
-// words are all literal: policy/shell gives the literal parts of a word
-// with an expansion ("${X}m" gives "m") and does not say which word is
-// uncertain, so a name is known only when every reason it gives is about
-// the command as a whole (what xargs or find append, a shell reading its
-// standard input) and the name is a plain word. Otherwise — and when the
-// string does not parse at all — every Exec rule of the policy counts.
-// With no Exec rule the profile's default (allow) applies. Exec rules judge
-// only the commands moat is asked to run, not what those programs run in
-// turn; Warnings says so.
+// Normalized before matching (the unwrapped form is judged besides the
+// command as written, so both must pass):
+//
+//   - the program's path: /usr/bin/git is git;
+//   - wrappers, by their own option grammar: command [-p], exec [-cl]
+//     [-a NAME], builtin, nice [-n N | -N], nohup, timeout [-s SIG] [-k D]
+//     [--foreground ...] DURATION, time [-p ...], stdbuf -oL/-eL/-i...,
+//     setsid, ionice [-c C] [-n N], chrt [policy options] PRIORITY,
+//     taskset [-c] MASK, flock [options] FILE (and FILE -c STRING), env
+//     [-i] [-u NAME] [-C DIR] [-S STRING] [NAME=VALUE...], sudo/doas
+//     [options] [NAME=VALUE...], xargs [options] (its command gets
+//     dynamic arguments appended, or {} replaced with -I), find -exec/
+//     -execdir/-ok/-okdir, busybox APPLET;
+//   - git's global options, to find the subcommand: -C DIR, -c NAME=VALUE,
+//     --config-env=NAME=VAR, --git-dir[=]DIR, --work-tree[=]DIR,
+//     --namespace[=]NS, --attr-source[=]TREE, --exec-path=DIR, -p,
+//     --paginate, -P, --no-pager, --bare, --no-replace-objects,
+//     --no-lazy-fetch, --no-optional-locks, --no-advice,
+//     --literal-pathspecs, --glob-pathspecs, --noglob-pathspecs,
+//     --icase-pathspecs. So `git -C . push` and `nice -n 5 git -c x=y push`
+//     are judged as `git push`. An alias defined on the command line
+//     (-c alias.NAME=..., --config-env=alias.NAME=...) used as the
+//     subcommand makes the subcommand unknowable (`git` followed by any
+//     words); a shell alias (!CMD) is also parsed as a script; an alias
+//     whose value is dynamic or comes from the environment makes the command
+//     unknowable. An option git does not have makes the subcommand
+//     unknowable.
+//
+// Not normalized: aliases and configuration from git's files and the
+// environment (GIT_CONFIG_*, core.pager, core.sshCommand, hooks), global
+// options of other programs (npm --prefix, docker -H, kubectl
+// --context, ...), programs that run commands they read from files
+// (make, npm run, bash script.sh) and wrappers outside the list above
+// (strace, watch, chroot, ...), which are only judged through the suffixes
+// of their arguments (a dynamic word among them that may be the command
+// makes it unknowable).
+//
+// A word whose value is only known at run time — an expansion ($HOME,
+// "$TMPDIR", $f, ${X:-y}, $(ls), $((1+2))), a glob (*.go), brace expansion,
+// ~user, a {} that xargs -I or find -exec fills in — is dynamic
+// (shell.Command.Dynamic). A dynamic argument does not make a command
+// unknowable: the command is judged against the Exec rules whose literal
+// parts are consistent with its known words, a dynamic word standing for
+// any text (several words, or none). Under Exec(curl *) or Exec(git push*),
+// `echo $HOME`, `ls "$TMPDIR"`, `for f in a b; do echo $f; done` and
+// `x=$(ls)` (ls is judged; an assignment is no command) are allowed;
+// `git $sub` could be `git push`, so the strictest of the rules that could
+// match applies (Exec(git push*)), and the reason says which argument is
+// dynamic and which rule could match. xargs' appended arguments count as a
+// dynamic word at the end; a shell reading commands from its standard
+// input, or a command whose options could not be read, counts as any
+// command of its name.
+//
+// A command is unknowable (shell.Command.Unknowable) when which program
+// runs, or with which words, cannot be known before it runs: its command
+// word is dynamic ($cmd arg, "$(which curl)" x), it runs a command string
+// that is dynamic (eval "$s", sh -c "$s", bash -c "echo $x", a
+// here-document with expansions read by a shell), a wrapper's command or
+// an option or operand before it is dynamic in a way that could move it
+// (nice $x, timeout $t git push, env A=$x cmd — quoted "$x" values of
+// known options are fine), an unquoted expansion in find's arguments (it
+// may hold -exec), or it names a function or alias defined in the script.
+// An unknowable command, and a string that does not parse, gets the
+// strictest Exec rule of the policy; the reason says why and names the
+// rule. With no Exec rule the profile's default (allow) applies. Exec rules
+// judge only the commands moat is asked to run, not what those programs run
+// in turn; Warnings says so.
 //
 // # Per-call rules
 //

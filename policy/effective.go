@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"path"
 	"strings"
 )
@@ -90,6 +91,10 @@ type Effective struct {
 	warnings []string
 	order    int
 	openNet  bool // the managed file permits network mode open
+	// callerCIDRs are the ranges the managed file lets a caller's
+	// allowlist name (allow_cidr_entries); managedName names that file.
+	callerCIDRs []netip.Prefix
+	managedName string
 }
 
 // bound is a rule compiled against the context.
@@ -311,8 +316,15 @@ func (e *Effective) protect(p string) {
 
 func (e *Effective) add(f *File) {
 	e.files = append(e.files, f)
-	if f.OpenNetwork && f.Layer == Managed {
-		e.openNet = true
+	if f.Layer == Managed {
+		e.openNet = e.openNet || f.OpenNetwork
+		e.callerCIDRs = append(e.callerCIDRs[:len(e.callerCIDRs):len(e.callerCIDRs)], f.AllowCIDREntries...)
+		if e.managedName == "" {
+			e.managedName = f.Path
+			if e.managedName == "" {
+				e.managedName = f.Name
+			}
+		}
 	}
 	// A project or per-call layer can only narrow: only its "untrusted"
 	// counts.
@@ -425,6 +437,9 @@ func (e *Effective) computeWarnings() []string {
 		w = append(w, "Exec rules judge each command moat is asked to run (an argv, or every command of a shell string, including those inside sh -c, env, xargs and similar wrappers); they do not see what those programs run in turn (scripts, make, a shell reading stdin): the OS sandbox is what bounds those")
 	}
 	for _, f := range e.files {
+		if f.Layer != Managed && len(f.AllowCIDREntries) > 0 {
+			w = append(w, fmt.Sprintf("%s %s sets allow_cidr_entries: ignored, only the managed file can let callers name addresses", f.Layer, f.Name))
+		}
 		if f.Layer == Project && f.Profile == Trusted {
 			w = append(w, fmt.Sprintf("project %s declares profile \"trusted\": ignored, the project layer can only narrow (declare it in the user or managed file)", f.Name))
 		}

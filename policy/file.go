@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -45,8 +46,14 @@ type File struct {
 	Profile Profile `json:"profile,omitempty"` // "" when the layer declares none
 	// OpenNetwork (key open_network) permits network mode open: the
 	// sandbox shares the host's network. Only the managed file's counts.
-	OpenNetwork bool    `json:"open_network,omitempty"`
-	Rules       []*Rule `json:"rules"` // in file order
+	OpenNetwork bool `json:"open_network,omitempty"`
+	// AllowCIDREntries (key allow_cidr_entries) are the address ranges a
+	// caller's own network allowlist (a create's or a network change's
+	// allow_domains) may name: an IP or CIDR entry is accepted only
+	// inside one of them. true means any address, false or absent none.
+	// Only the managed file's counts.
+	AllowCIDREntries []netip.Prefix `json:"allow_cidr_entries,omitempty"`
+	Rules            []*Rule        `json:"rules"` // in file order
 }
 
 // ParseError is one problem in a policy file or in per-call rules.
@@ -156,7 +163,7 @@ func Parse(layer Layer, name string, data []byte) (*File, error) {
 		switch e.Kind {
 		case unstable.Table, unstable.ArrayTable:
 			key, off := nodeKey(e)
-			add(off, "", "unknown table [%s]: a policy file has only the keys version, profile, open_network, allow, ask and deny", clip(key, maxShown))
+			add(off, "", "unknown table [%s]: a policy file has only the keys version, profile, open_network, allow_cidr_entries, allow, ask and deny", clip(key, maxShown))
 			inTable = true
 		case unstable.KeyValue:
 			if inTable {
@@ -209,6 +216,34 @@ func Parse(layer Layer, name string, data []byte) (*File, error) {
 					continue
 				}
 				f.OpenNetwork = string(v.Data) == "true"
+			case "allow_cidr_entries":
+				switch v.Kind {
+				case unstable.Bool:
+					f.AllowCIDREntries = nil
+					if string(v.Data) == "true" {
+						f.AllowCIDREntries = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}
+					}
+				case unstable.Array:
+					for it := v.Children(); it.Next(); {
+						n := it.Node()
+						noff := voff
+						if n.Raw.Length > 0 {
+							noff = int(n.Raw.Offset)
+						}
+						if n.Kind != unstable.String {
+							add(noff, key, "ranges are strings such as \"10.0.0.0/8\", not %s", strings.ToLower(n.Kind.String()))
+							continue
+						}
+						pf, err := parseCIDR(string(n.Data))
+						if err != nil {
+							add(noff, key, "%s", clip(err.Error(), maxMessage))
+							continue
+						}
+						f.AllowCIDREntries = append(f.AllowCIDREntries, pf)
+					}
+				default:
+					add(voff, key, `must be true, false or an array of ranges, e.g. allow_cidr_entries = ["127.0.0.0/8"]`)
+				}
 			case "allow", "ask", "deny":
 				if v.Kind != unstable.Array {
 					add(voff, key, `must be an array of rule strings, e.g. %s = ["Exec(npm run *)"]`, key)
@@ -238,7 +273,7 @@ func Parse(layer Layer, name string, data []byte) (*File, error) {
 					idx++
 				}
 			default:
-				add(off, "", "unknown key %s (a policy file has only version, profile, open_network, allow, ask and deny)", quote(key))
+				add(off, "", "unknown key %s (a policy file has only version, profile, open_network, allow_cidr_entries, allow, ask and deny)", quote(key))
 			}
 		}
 	}

@@ -281,3 +281,164 @@ func parseInetAton(s string) (string, bool) {
 	ip |= last
 	return fmt.Sprintf("%d.%d.%d.%d", ip>>24&255, ip>>16&255, ip>>8&255, ip&255), true
 }
+
+// ---- a caller's network allowlist ----
+
+// NetEntryPrefix returns the addresses an allowlist entry (as NetAllowRule
+// takes it) names: its range for a CIDR entry, a single-address range for
+// an IP address in any spelling inet_aton(3) accepts; ok is false for a
+// host name or wildcard.
+func NetEntryPrefix(entry string) (pf netip.Prefix, ok bool, err error) {
+	text, err := NetAllowRule(entry)
+	if err != nil {
+		return netip.Prefix{}, false, err
+	}
+	p, err := parseNetPattern(strings.TrimSuffix(strings.TrimPrefix(text, "Net("), ")"))
+	if err != nil {
+		return netip.Prefix{}, false, err
+	}
+	switch {
+	case p.cidr.IsValid():
+		return p.cidr, true, nil
+	case p.ip:
+		a := netip.MustParseAddr(p.exact)
+		return netip.PrefixFrom(a, a.BitLen()), true, nil
+	}
+	return netip.Prefix{}, false, nil
+}
+
+// CallerCIDRs are the address ranges the managed policy file lets a
+// caller's allowlist name (its allow_cidr_entries), and that file's name.
+func (e *Effective) CallerCIDRs() ([]netip.Prefix, string) {
+	return append([]netip.Prefix(nil), e.callerCIDRs...), e.managedName
+}
+
+// PermitsCallerAddr reports whether the managed file's allow_cidr_entries
+// cover every address of pf, a range a caller's allowlist entry names.
+func (e *Effective) PermitsCallerAddr(pf netip.Prefix) bool {
+	for _, c := range e.callerCIDRs {
+		if c.Addr().Is4() == pf.Addr().Is4() && c.Bits() <= pf.Bits() && c.Contains(pf.Addr()) {
+			return true
+		}
+	}
+	return false
+}
+
+// NetDrop is an entry of a caller's allowlist that admits nothing: a deny
+// rule of some layer covers everything it names (deny rules are decided
+// first, so the entry can never widen the allowlist).
+type NetDrop struct {
+	Entry  string `json:"entry"`
+	Rule   *Rule  `json:"rule"`
+	Reason string `json:"reason"`
+}
+
+// CeilNetAllow splits a caller's allowlist entries into those the other
+// layers leave room for and those a deny Net rule of any layer (the
+// managed, project or user file, the sandbox's own rules) covers entirely.
+// An entry a deny rule covers only in part (*.example.com with
+// bad.example.com denied) is kept: the deny rule still refuses its part.
+// Entries that do not parse are dropped with the parse error.
+func (e *Effective) CeilNetAllow(entries []string) (kept []string, dropped []NetDrop) {
+	for _, entry := range entries {
+		text, err := NetAllowRule(entry)
+		if err != nil {
+			dropped = append(dropped, NetDrop{Entry: entry, Reason: err.Error()})
+			continue
+		}
+		a, _ := parseNetPattern(strings.TrimSuffix(strings.TrimPrefix(text, "Net("), ")"))
+		var by *bound
+		for _, b := range e.rules[Net] {
+			if b.r.Effect == Deny && b.r.net.covers(a) && (by == nil || b.order < by.order) {
+				by = b
+			}
+		}
+		if by == nil {
+			kept = append(kept, entry)
+			continue
+		}
+		dropped = append(dropped, NetDrop{Entry: entry, Rule: by.r,
+			Reason: fmt.Sprintf("denied by %s (%s): the policy's ceiling refuses everything %q names", by.r, by.r.Source(), entry)})
+	}
+	return kept, dropped
+}
+
+// covers reports whether deny pattern p matches every host allow pattern
+// a grants.
+func (p *netPattern) covers(a *netPattern) bool {
+	switch {
+	case p.any:
+		return true
+	case a.any:
+		return false
+	case p.cidr.IsValid():
+		switch {
+		case a.cidr.IsValid():
+			return a.cidr.Addr().Is4() == p.cidr.Addr().Is4() && p.cidr.Bits() <= a.cidr.Bits() && p.cidr.Contains(a.cidr.Addr())
+		case a.ip:
+			return p.containsAddr(netip.MustParseAddr(a.exact))
+		}
+		return false
+	case p.suffix != "":
+		switch {
+		case a.suffix != "":
+			return strings.HasSuffix(a.suffix, p.suffix)
+		case a.exact != "" && !a.ip:
+			return strings.HasSuffix(a.exact, p.suffix)
+		}
+		return false
+	case p.ip:
+		switch {
+		case a.ip:
+			return a.exact == p.exact
+		case a.cidr.IsValid():
+			return a.cidr.IsSingleIP() && a.cidr.Addr().String() == p.exact
+		}
+		return false
+	}
+	return a.exact != "" && !a.ip && a.exact == p.exact
+}
+
+// WithNetAllow returns the policy with the caller's network allowlist
+// (Context.NetAllow) replaced by entries. The receiver is unchanged.
+func (e *Effective) WithNetAllow(entries []string) (*Effective, error) {
+	for _, n := range entries {
+		if _, err := NetAllowRule(n); err != nil {
+			return nil, fmt.Errorf("policy: network allowlist: %w", err)
+		}
+	}
+	n := *e
+	n.ctx.NetAllow = append([]string(nil), entries...)
+	n.files = append([]*File(nil), e.files...)
+	for k := range n.rules {
+		n.rules[k] = e.rules[k][:len(e.rules[k]):len(e.rules[k])]
+	}
+	n.wgrants = e.wgrants[:len(e.wgrants):len(e.wgrants)]
+	caller := func(b *bound) bool { return b.r.Layer == Call && b.r.File == callerAllowlist }
+	n.rules[Net] = nil
+	for _, b := range e.rules[Net] {
+		if !caller(b) {
+			n.rules[Net] = append(n.rules[Net], b)
+		}
+	}
+	n.ngrants = nil
+	for _, b := range e.ngrants {
+		if !caller(b) {
+			n.ngrants = append(n.ngrants, b)
+		}
+	}
+	for i, entry := range entries {
+		text, _ := NetAllowRule(entry)
+		r, err := ParseRule(Allow, text)
+		if err != nil {
+			return nil, err
+		}
+		r.Layer, r.File, r.Index, r.seq = Call, callerAllowlist, i, i
+		b := &bound{r: r, order: n.order}
+		n.order++
+		n.rules[Net] = append(n.rules[Net], b)
+		n.ngrants = append(n.ngrants, b)
+	}
+	n.finish()
+	return &n, nil
+}

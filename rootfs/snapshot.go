@@ -419,6 +419,12 @@ func (s *Store) SnapshotRoot(sn *Snapshot) (*sandbox.RootFS, error) {
 			return nil, fmt.Errorf("snapshot %s: template %s: %w", sn.ID, sn.Template, err)
 		}
 		root.Layers = append(root.Layers, s.layerPath(sn.TemplateLayer))
+		// The template layer is seen as it was when the snapshot was
+		// taken: through its template's user (a template is not removed
+		// while a snapshot of it exists).
+		if t, err := s.Template(sn.Template); err == nil && t.Layer == sn.TemplateLayer {
+			root.User = t.ImageUser
+		}
 	}
 	return root, nil
 }

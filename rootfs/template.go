@@ -3,6 +3,7 @@ package rootfs
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -28,8 +29,13 @@ type Template struct {
 	// Defaults of sandboxes made from the template.
 	Env     []string `json:"env,omitempty"`
 	Workdir string   `json:"workdir,omitempty"`
-	// ImageUser is the user an OCI image's config names. moat runs every
-	// process as its sandbox user (uid 1000) whatever it says.
+	// ImageUser is the template's user: an OCI image config's User, or
+	// the import's --user ("" is root, as a container runtime runs an
+	// image that names none). Processes run as the sandbox user (uid
+	// 1000), and the template's layer is idmapped so that what this user
+	// owns in it appears owned by the sandbox user (see sandbox.RootFS.User):
+	// the command can write where the image's user could, into the
+	// sandbox's private upper layer.
 	ImageUser string         `json:"image_user,omitempty"`
 	Limits    sandbox.Limits `json:"limits"`
 	// What the import wrote.
@@ -62,6 +68,10 @@ type ImportRequest struct {
 	// Defaults override the image's (Env entries are appended).
 	Env     []string
 	Workdir string
+	// User overrides the image's user ("" keeps it; see
+	// sandbox.ResolveImageUser for the form). It must resolve against the
+	// imported tree's /etc/passwd and /etc/group.
+	User    string
 	Sandbox sandbox.Limits
 }
 
@@ -117,6 +127,14 @@ func (s *Store) Import(ctx context.Context, req ImportRequest) (*Template, error
 	t.Env = append(t.Env, req.Env...)
 	if req.Workdir != "" {
 		t.Workdir = req.Workdir
+	}
+	if req.User != "" {
+		t.ImageUser = req.User
+	}
+	// The user must resolve in the tree, as every sandbox made from it
+	// resolves it again.
+	if err := checkUser(tree, t.ImageUser); err != nil {
+		return nil, fmt.Errorf("%w: %v (give --user)", ErrInvalid, err)
 	}
 	if t.Workdir != "" && !filepath.IsAbs(t.Workdir) {
 		return nil, fmt.Errorf("%w: workdir %q is not absolute", ErrInvalid, t.Workdir)
@@ -211,5 +229,35 @@ func (s *Store) Root(t *Template) *sandbox.RootFS {
 	if t.Layer == "" {
 		return &sandbox.RootFS{Host: true, Template: HostTemplate}
 	}
-	return &sandbox.RootFS{Layers: []string{s.layerPath(t.Layer)}, Template: t.Name}
+	return &sandbox.RootFS{Layers: []string{s.layerPath(t.Layer)}, Template: t.Name, User: t.ImageUser}
+}
+
+// maxIDFile bounds the passwd and group files read from a tree.
+const maxIDFile = 1 << 20
+
+// checkUser resolves user against the tree's etc/passwd and etc/group,
+// read beneath tree (its symlinks cannot leave it).
+func checkUser(tree, user string) error {
+	if user == "" {
+		return nil
+	}
+	r, err := os.OpenRoot(tree)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	read := func(name string) []byte {
+		f, err := r.Open(name)
+		if err != nil {
+			return nil
+		}
+		defer f.Close()
+		if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+			return nil
+		}
+		b, _ := io.ReadAll(io.LimitReader(f, maxIDFile))
+		return b
+	}
+	_, _, err = sandbox.ResolveImageUser(user, read("etc/passwd"), read("etc/group"))
+	return err
 }

@@ -72,20 +72,28 @@ func TestTemplateFromDirectory(t *testing.T) {
 	}
 	defer sb.Shutdown(context.Background())
 	out := sh(t, sb, `echo $GREETING; pwd; cat hello; id -u; stat -c '%u %U' /bin/busybox /app; grep sandbox /etc/passwd; hostname; ls /workspace && echo ws`)
-	want := "hi\n/app\nhello from the template\n1000\n0 root\n500 app\nsandbox:x:1000:1000:sandbox:/home/sandbox:/bin/sh\nsandbox\nws\n"
+	// The image names no user: what its root owns is the sandbox user's;
+	// what another user (app) owns stays that user's.
+	want := "hi\n/app\nhello from the template\n1000\n1000 sandbox\n500 app\nsandbox:x:1000:1000:sandbox:/home/sandbox:/bin/sh\nsandbox\nws\n"
 	if out != want {
 		t.Fatalf("inside the template:\n got %q\nwant %q", out, want)
 	}
-	// The template is read-only to the sandbox user, and what it writes
-	// in its own places does not reach the template.
-	res, err := sb.Exec(context.Background(), &sandbox.Process{Args: []string{"/bin/sh", "-c", "echo x > /bin/busybox"}})
+	// The sandbox user writes what the image's root owns, into its own
+	// upper layer; app's directory stays app's; nothing reaches the
+	// template's layer.
+	res, err := sb.Exec(context.Background(), &sandbox.Process{Args: []string{"/bin/sh", "-c", "echo x > /app/new"}})
 	if err != nil || res.ExitCode == 0 {
-		t.Fatalf("overwriting the template's busybox: %v exit %d", err, res.ExitCode)
+		t.Fatalf("writing in app's directory: %v exit %d", err, res.ExitCode)
 	}
-	sh(t, sb, "echo mine > /workspace/f")
+	sh(t, sb, "echo mine > /workspace/f; echo x > /bin/new; echo y >> /etc/passwd")
 	layer := filepath.Join(e.st.Dir(), "layers", strings.TrimPrefix(tm.Layer, "sha256:"))
-	if _, err := os.Lstat(filepath.Join(layer, "workspace")); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("the sandbox wrote into the template's layer: %v", err)
+	for _, p := range []string{"workspace", "bin/new", "app/new"} {
+		if _, err := os.Lstat(filepath.Join(layer, p)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("the sandbox wrote %s into the template's layer: %v", p, err)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(layer, "etc/passwd")); err != nil || strings.Contains(string(b), "y\n") {
+		t.Fatalf("the template's passwd changed: %q %v", b, err)
 	}
 	// In use: the layer stays; one name goes, the other keeps the layer.
 	if err := e.st.RemoveTemplate("bb"); !errors.Is(err, rootfs.ErrInUse) {

@@ -19,12 +19,18 @@ type ExitReason string
 
 // Exit reasons.
 const (
-	ReasonExited     ExitReason = "exited"
-	ReasonSignaled   ExitReason = "signaled"
-	ReasonTimeout    ExitReason = "timeout"
-	ReasonOOM        ExitReason = "oom"
-	ReasonKilled     ExitReason = "killed"
-	ReasonSetupError ExitReason = "setup_error"
+	ReasonExited   ExitReason = "exited"
+	ReasonSignaled ExitReason = "signaled"
+	// ReasonTimeout: the call's own timeout ended it (exit 124).
+	ReasonTimeout ExitReason = "timeout"
+	// ReasonSandboxTimeout: the call was still running when its
+	// long-lived sandbox reached its maximum age (the daemon's
+	// sandbox timeout_ms) and was ended with everything in it (exit 124).
+	// Unlike a call's timeout, the sandbox is gone: a retry needs a new one.
+	ReasonSandboxTimeout ExitReason = "sandbox_timeout"
+	ReasonOOM            ExitReason = "oom"
+	ReasonKilled         ExitReason = "killed"
+	ReasonSetupError     ExitReason = "setup_error"
 )
 
 // Result is the structured outcome of one process.
@@ -43,6 +49,14 @@ type Result struct {
 	// PeakMemoryBytes is the sandbox's peak memory use as its cgroup
 	// accounted it (RSS, page cache and tmpfs pages).
 	PeakMemoryBytes int64 `json:"peak_memory_bytes"`
+	// OOMKills counts the processes the kernel's OOM killer ended in the
+	// sandbox's memory cgroup while the call ran, whether or not the
+	// main process was one of them (a child killed while the main
+	// process survives shows here only); absent when none was, or when
+	// no memory cgroup accounts the sandbox. A long-lived sandbox has one
+	// memory cgroup for all its calls: calls running at the same time
+	// count each other's kills.
+	OOMKills int64 `json:"oom_kills,omitempty"`
 
 	Stdout      string `json:"stdout"`
 	Stderr      string `json:"stderr"`

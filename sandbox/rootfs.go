@@ -23,6 +23,15 @@ type RootFS struct {
 	Host bool `json:"host,omitempty"`
 	// Template names the template in reports.
 	Template string `json:"template,omitempty"`
+	// User is the template's user, in an OCI image config's form ("" is
+	// root; see ResolveImageUser), resolved against the template layer's
+	// /etc/passwd and /etc/group. Processes still run as the sandbox user
+	// (uid 1000): the template layer is idmapped so that what this user
+	// owns there appears owned by the sandbox user (and what uid 1000 owns
+	// there by the template's user), so the command can write what the
+	// image's user could, its writes landing in the private upper layer.
+	// Ignored with Host.
+	User string `json:"user,omitempty"`
 }
 
 // Capturer is a sandbox whose filesystem changes can be captured (package

@@ -345,5 +345,5 @@ func notDurable(err error, result any) error {
 var gated = map[string]bool{
 	api.OpSandboxCreate: true, api.OpExec: true, api.OpStart: true, api.OpStdin: true,
 	api.OpFileWrite: true, api.OpFileMkdir: true, api.OpFileRemove: true, api.OpFileMove: true, api.OpFileUpload: true,
-	api.OpSnapshotCreate: true, api.OpSnapshotFork: true, api.OpSandboxRestore: true,
+	api.OpSnapshotCreate: true, api.OpSnapshotFork: true, api.OpSandboxRestore: true, api.OpSandboxNetwork: true,
 }

@@ -2,7 +2,13 @@ package server
 
 import (
 	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/moat-sandbox/moat/api"
 	"github.com/moat-sandbox/moat/audit"
@@ -22,46 +28,126 @@ import (
 // connection, and every DNS answer, decision and finished connection is
 // an audit event ("net.dns", "net.connect", "net.close"). Mode open is
 // refused unless the managed policy sets open_network = true.
+//
+// A caller's allowlist (a create's network, sandbox.network) names hosts
+// and wildcards; an IP address or CIDR range only inside the managed
+// file's allow_cidr_entries. Entries a deny rule of any layer covers are
+// dropped and reported. sandbox.network replaces a running sandbox's
+// network: the policy first (the endpoint decides the next connection
+// with it), then the runtime for none <-> proxy (the listener is added
+// inside the sandbox's namespace, or closed with its connections); open
+// is fixed at the create (it has no network namespace to return to).
 
-// netRequest checks a create's network against what a caller may ask:
-// allow_domains are names only (IP addresses and CIDR ranges, which could
-// reach the daemon's own networks, come only from its policy files).
-func netRequest(n *api.Network) (sandbox.NetMode, []string, error) {
+// netReq is a network a caller asks for (a create's network, a
+// sandbox.network change), checked for form.
+type netReq struct {
+	mode  sandbox.NetMode
+	allow []string     // allow_domains as given
+	deny  []string     // deny_domains as given
+	rules *policy.File // deny_domains as per-call deny rules, or nil
+}
+
+// netDenyFile names the rules made of deny_domains in their source
+// ("per-call network.deny_domains deny[0]").
+const netDenyFile = "network.deny_domains"
+
+// netRequest checks a create's network.
+func netRequest(n *api.Network) (*netReq, error) {
 	if n == nil {
-		return sandbox.NetNone, nil, nil
+		return &netReq{mode: sandbox.NetNone}, nil
 	}
-	mode, err := sandbox.ParseNetMode(n.Mode)
+	return parseNetReq("network.", n.Mode, n.AllowDomains, n.DenyDomains)
+}
+
+// parseNetReq checks a network's form (400 invalid_argument): the mode,
+// lists only with mode proxy, every entry a name, wildcard, address or
+// range. Whether the policy admits it is checkNetAllow's.
+func parseNetReq(field, modeText string, allow, deny []string) (*netReq, error) {
+	mode, err := sandbox.ParseNetMode(modeText)
 	if err != nil {
-		return "", nil, api.Errorf(api.CodeInvalidArgument, "network.mode: %q is not none, proxy or open", n.Mode)
+		return nil, api.Errorf(api.CodeInvalidArgument, "%smode: %q is not none, proxy or open", field, modeText)
 	}
-	if mode != sandbox.NetProxy && len(n.AllowDomains)+len(n.DenyDomains) > 0 {
-		return "", nil, api.Errorf(api.CodeInvalidArgument, "network: allow_domains and deny_domains need mode proxy")
+	if mode != sandbox.NetProxy && len(allow)+len(deny) > 0 {
+		return nil, api.Errorf(api.CodeInvalidArgument, "%sallow_domains and %sdeny_domains need mode proxy", field, field)
 	}
-	for _, d := range n.AllowDomains {
-		addr, err := policy.NetEntryNamesAddress(d)
-		if err != nil {
-			return "", nil, api.Errorf(api.CodeInvalidArgument, "network.allow_domains: %v", err)
-		}
-		if addr {
-			return "", nil, api.Errorf(api.CodeInvalidArgument, "network.allow_domains: %q: IP addresses and CIDR ranges are admitted only by the daemon's policy files (allow Net(cidr:...))", d)
+	r := &netReq{mode: mode, allow: allow, deny: deny}
+	for _, d := range allow {
+		if _, err := policy.NetAllowRule(d); err != nil {
+			return nil, api.Errorf(api.CodeInvalidArgument, "%sallow_domains: %v", field, err)
 		}
 	}
-	deny := make([]string, 0, len(n.DenyDomains))
-	for _, d := range n.DenyDomains {
+	if len(deny) == 0 {
+		return r, nil
+	}
+	rules := make([]string, 0, len(deny))
+	for _, d := range deny {
 		rule, err := policy.NetAllowRule(d)
 		if err != nil {
-			return "", nil, api.Errorf(api.CodeInvalidArgument, "network.deny_domains: %v", err)
+			return nil, api.Errorf(api.CodeInvalidArgument, "%sdeny_domains: %v", field, err)
 		}
-		deny = append(deny, rule)
+		rules = append(rules, rule)
 	}
-	return mode, deny, nil
+	f, err := policy.ParseCall(policy.CallRules{Deny: rules})
+	if err != nil {
+		return nil, api.Errorf(api.CodeInvalidArgument, "%sdeny_domains: %v", field, err)
+	}
+	for _, rule := range f.Rules {
+		rule.File = netDenyFile
+	}
+	r.rules = f
+	return r, nil
+}
+
+// checkNetAllow bounds a requested allowlist by the policy eff (the
+// sandbox's policy with that allowlist): an IP address or CIDR range is
+// accepted only inside the managed file's allow_cidr_entries (else 403
+// policy_denied naming that key), since it could reach the daemon's own
+// networks; an entry a deny rule of any layer covers entirely is dropped
+// (reported, and refused by that rule). managed names the managed file.
+// The answer is the network as the sandbox then has it.
+func checkNetAllow(eff *policy.Effective, field string, r *netReq, managed string) (*api.Network, error) {
+	permitted, _ := eff.CallerCIDRs()
+	for _, d := range r.allow {
+		pf, isAddr, err := policy.NetEntryPrefix(d)
+		if err != nil {
+			return nil, api.Errorf(api.CodeInvalidArgument, "%sallow_domains: %v", field, err)
+		}
+		if !isAddr || eff.PermitsCallerAddr(pf) {
+			continue
+		}
+		rule := "allow_cidr_entries (not set)"
+		if len(permitted) > 0 {
+			rule = "allow_cidr_entries = " + prefixList(permitted)
+		}
+		return nil, &api.Error{Code: api.CodePolicyDenied, Rule: rule, Source: "managed " + managed,
+			Message: fmt.Sprintf("%sallow_domains: %q names addresses (%s), which a caller may ask for only inside the managed policy's allow_cidr_entries (%s): its %s",
+				field, d, pf, managed, rule)}
+	}
+	kept, dropped := eff.CeilNetAllow(r.allow)
+	n := &api.Network{Mode: string(r.mode), AllowDomains: kept, DenyDomains: r.deny}
+	for _, d := range dropped {
+		nd := api.NetworkDrop{Entry: d.Entry, Reason: d.Reason}
+		if d.Rule != nil {
+			nd.Rule, nd.Source = d.Rule.String(), d.Rule.Source()
+		}
+		n.Dropped = append(n.Dropped, nd)
+	}
+	return n, nil
+}
+
+func prefixList(ps []netip.Prefix) string {
+	q := make([]string, len(ps))
+	for i, p := range ps {
+		q[i] = strconv.Quote(p.String())
+	}
+	return "[" + strings.Join(q, ", ") + "]"
 }
 
 // attachNetwork puts the sandbox's network into spec once its policy is
 // compiled: for mode proxy, an endpoint of the daemon's proxy that decides
 // with pol. bind is filled in with the sandbox once it is registered.
 func (s *Service) attachNetwork(mode sandbox.NetMode, pol *sandboxPolicy, spec *sandbox.Spec) (*netBinding, error) {
-	if mode == sandbox.NetOpen && !pol.eff.OpenNetwork() {
+	if mode == sandbox.NetOpen && !pol.current().OpenNetwork() {
 		return nil, &api.Error{Code: api.CodePolicyDenied, Message: "network mode open is not permitted: the managed policy (" + s.cfg.PolicyManaged + ") does not set open_network = true"}
 	}
 	spec.Network = sandbox.Network{Mode: mode}
@@ -69,7 +155,7 @@ func (s *Service) attachNetwork(mode sandbox.NetMode, pol *sandboxPolicy, spec *
 		return nil, nil
 	}
 	b := &netBinding{}
-	spec.Network.Egress = s.proxy.Endpoint(&enforce.NetPolicy{
+	b.ep = s.proxy.Endpoint(&enforce.NetPolicy{
 		Current: func() *policy.Effective {
 			id := ""
 			if m := b.get(); m != nil {
@@ -77,14 +163,14 @@ func (s *Service) attachNetwork(mode sandbox.NetMode, pol *sandboxPolicy, spec *
 			}
 			eff, err := pol.effective(s.log, id)
 			if err != nil {
-				return pol.eff
+				return pol.current()
 			}
 			return eff
 		},
 		Ask: func(ctx context.Context, d policy.Decision) (bool, string) {
 			m := b.get()
 			if m == nil {
-				return false, "impossible (the sandbox is not registered yet)"
+				return false, "no approval possible (the sandbox is not registered yet)"
 			}
 			c := Caller{Tenant: m.tenant, Actor: "egress-proxy"}
 			rule := ""
@@ -103,13 +189,15 @@ func (s *Service) attachNetwork(mode sandbox.NetMode, pol *sandboxPolicy, spec *
 			return false, "approval " + info.ID + " " + info.State
 		},
 	})
+	spec.Network.Egress = b.ep
 	return b, nil
 }
 
 // netBinding ties a proxy endpoint to its sandbox once the sandbox is
 // registered (the endpoint exists before the runtime names the sandbox).
 type netBinding struct {
-	m atomic.Pointer[managed]
+	m  atomic.Pointer[managed]
+	ep *netproxy.Endpoint
 }
 
 func (b *netBinding) get() *managed {
@@ -117,6 +205,165 @@ func (b *netBinding) get() *managed {
 		return nil
 	}
 	return b.m.Load()
+}
+
+// setNetwork is sandbox.network: it replaces a running sandbox's network
+// and records the change (previous and new network, who) as an audit
+// event of that name.
+func (s *Service) setNetwork(ctx context.Context, c Caller, in *input) (any, error) {
+	req, err := decode[api.SetNetwork](in)
+	if err != nil {
+		return nil, err
+	}
+	in.recorded = true
+	start := time.Now()
+	ev := audit.Event{Kind: api.OpSandboxNetwork, Tenant: c.Tenant, Actor: c.Actor, Sandbox: req.Sandbox,
+		Request: mustJSON(map[string]any{"mode": req.Mode, "allow_domains": req.AllowDomains, "deny_domains": req.DenyDomains})}
+	prev, out, err := s.changeNetwork(ctx, c, req)
+	ev.DurationMs = time.Since(start).Milliseconds()
+	res := map[string]any{}
+	if prev != nil {
+		res["previous"] = prev
+	}
+	if err != nil {
+		ae := apiError(err).(*api.Error)
+		ev.Decision, ev.Error, ev.Rule = decisionOf(ae), ae.Error(), ruleWithSource(ae.Rule, ae.Source)
+	} else {
+		ev.Decision = audit.DecisionAllow
+		res["network"] = out
+	}
+	if len(res) > 0 {
+		ev.Result = mustJSON(res)
+	}
+	s.record(ev)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// netChanger is a runtime sandbox whose network can change while it
+// runs (runtime/linux): AttachNetwork none -> proxy, DetachNetwork
+// proxy -> none.
+type netChanger interface {
+	AttachNetwork(n sandbox.Network) error
+	DetachNetwork() error
+}
+
+// changeNetwork applies req to its sandbox; prev is the network before
+// (nil when the sandbox was not found).
+func (s *Service) changeNetwork(ctx context.Context, c Caller, req *api.SetNetwork) (prev, out *api.Network, err error) {
+	m, done, err := s.use(c, req.Sandbox)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer done()
+	// rootMu: one change at a time, and none during a restore (which
+	// makes a new runtime instance with the sandbox's network).
+	m.rootMu.Lock()
+	defer m.rootMu.Unlock()
+	m.mu.Lock()
+	cur := m.netMode
+	before := api.Network{Mode: string(cur)}
+	if m.info.Network != nil {
+		before = *m.info.Network
+	}
+	m.mu.Unlock()
+	prev = &before
+	modeText := req.Mode
+	if modeText == "" {
+		modeText = string(cur)
+	}
+	nr, err := parseNetReq("", modeText, req.AllowDomains, req.DenyDomains)
+	if err != nil {
+		return prev, nil, err
+	}
+	if (nr.mode == sandbox.NetOpen) != (cur == sandbox.NetOpen) {
+		if cur == sandbox.NetOpen {
+			return prev, nil, api.Errorf(api.CodeConflict, "sandbox %s was created in network mode open: it shares the host's network namespace and cannot leave it (create a new sandbox)", m.info.ID)
+		}
+		return prev, nil, api.Errorf(api.CodeConflict, "network mode open cannot be entered after the create: sandbox %s has a network namespace of its own (mode open needs a sandbox created with it, where the managed policy sets open_network = true)", m.info.ID)
+	}
+	base, eff, err := m.pol.withNetwork(s.log, m.info.ID, nr.allow, nr.rules)
+	if err != nil {
+		return prev, nil, err
+	}
+	next, err := checkNetAllow(eff, "", nr, s.cfg.PolicyManaged)
+	if err != nil {
+		return prev, nil, err
+	}
+	oldAllow, oldRules := m.pol.network()
+	sb := m.box()
+	switch {
+	case cur == sandbox.NetNone && nr.mode == sandbox.NetProxy:
+		nc, ok := sb.(netChanger)
+		if !ok {
+			return prev, nil, api.Errorf(api.CodeUnimplemented, "this runtime cannot change a running sandbox's network")
+		}
+		// The policy first: the listener's first connection is
+		// decided by it.
+		m.pol.setNetwork(base, eff, nr.allow, nr.rules)
+		var spec sandbox.Spec
+		bind, err := s.attachNetwork(sandbox.NetProxy, m.pol, &spec)
+		if err == nil {
+			bind.m.Store(m)
+			if err = nc.AttachNetwork(spec.Network); err != nil {
+				_ = bind.ep.Close()
+			}
+		}
+		if err != nil {
+			m.pol.restoreNetwork(s.log, m.info.ID, oldAllow, oldRules)
+			return prev, nil, err
+		}
+		m.netb = bind
+	case cur == sandbox.NetProxy && nr.mode == sandbox.NetNone:
+		nc, ok := sb.(netChanger)
+		if !ok {
+			return prev, nil, api.Errorf(api.CodeUnimplemented, "this runtime cannot change a running sandbox's network")
+		}
+		if err := nc.DetachNetwork(); err != nil {
+			return prev, nil, err
+		}
+		m.netb = nil
+		m.pol.setNetwork(base, eff, nr.allow, nr.rules)
+	default:
+		m.pol.setNetwork(base, eff, nr.allow, nr.rules)
+		if cur == sandbox.NetProxy && m.netb != nil && narrows(oldAllow, nr.allow, oldRules, nr.rules) {
+			// Tunnels opened under the old policy end; their clients
+			// connect again and are judged by the new one.
+			m.netb.ep.CloseConnections()
+		}
+	}
+	m.mu.Lock()
+	m.netMode = nr.mode
+	m.info.Network = next
+	m.info.Enforcement = sandboxEnforcement(sb, s.cfg.Runtime)
+	m.mu.Unlock()
+	return prev, next, nil
+}
+
+// narrows reports whether a change of allowlist and deny rules may refuse
+// what the old ones admitted: an allow entry removed or a deny rule added.
+func narrows(oldAllow, newAllow []string, oldDeny, newDeny *policy.File) bool {
+	for _, a := range oldAllow {
+		if !slices.Contains(newAllow, a) {
+			return true
+		}
+	}
+	var before []string
+	if oldDeny != nil {
+		for _, r := range oldDeny.Rules {
+			before = append(before, r.String())
+		}
+	}
+	if newDeny != nil {
+		for _, r := range newDeny.Rules {
+			if !slices.Contains(before, r.String()) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // proxyEvent records one event of the egress proxy in the audit tape and

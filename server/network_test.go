@@ -14,27 +14,31 @@ import (
 
 // TestNetworkCreateChecks: what a caller may ask of the network. IP
 // addresses and CIDR ranges in allow_domains could reach the daemon's own
-// networks and are refused; lists need mode proxy; mode open needs the
-// managed policy's open_network. Control: with it, mode open is created
-// in the host's network namespace.
+// networks: without the managed policy's allow_cidr_entries they are 403
+// policy_denied naming that key (TestNetworkCIDREntries has the control);
+// malformed entries and lists without mode proxy are 400; mode open needs
+// the managed policy's open_network. Control: with it, mode open is
+// created in the host's network namespace.
 func TestNetworkCreateChecks(t *testing.T) {
 	h := newHarness(t, nil)
 	for _, n := range []api.Network{
 		{Mode: "bridge"},
-		{Mode: "proxy", AllowDomains: []string{"127.0.0.1"}},
-		{Mode: "proxy", AllowDomains: []string{"10.0.0.0/8"}},
-		{Mode: "proxy", AllowDomains: []string{"cidr:0.0.0.0/0"}},
-		{Mode: "proxy", AllowDomains: []string{"::1"}},
-		{Mode: "proxy", AllowDomains: []string{"0x7f000001"}},
-		{Mode: "proxy", AllowDomains: []string{"0xa9fea9fe"}},
-		{Mode: "proxy", AllowDomains: []string{"0X7F.1"}},
 		{Mode: "proxy", AllowDomains: []string{"exa mple.com"}},
+		{Mode: "proxy", AllowDomains: []string{"10.0.0.1/8"}},
 		{Mode: "none", AllowDomains: []string{"example.com"}},
 		{DenyDomains: []string{"example.com"}},
 	} {
 		r := h.do("POST", "/v1/sandboxes", tokenA, api.CreateSandbox{Network: &n})
 		if r.status != http.StatusBadRequest || r.apiErr(t).Code != api.CodeInvalidArgument {
 			t.Errorf("%+v: %d %s", n, r.status, r.body)
+		}
+	}
+	for _, a := range []string{"127.0.0.1", "10.0.0.0/8", "cidr:0.0.0.0/0", "::1", "0x7f000001", "0xa9fea9fe", "0X7F.1"} {
+		n := api.Network{Mode: "proxy", AllowDomains: []string{"example.com", a}}
+		r := h.do("POST", "/v1/sandboxes", tokenA, api.CreateSandbox{Network: &n})
+		if e := r.apiErr(t); r.status != http.StatusForbidden || e.Code != api.CodePolicyDenied || !strings.HasPrefix(e.Rule, "allow_cidr_entries") ||
+			e.Source != "managed "+h.managed {
+			t.Errorf("%s without allow_cidr_entries: %d %s", a, r.status, r.body)
 		}
 	}
 	r := h.do("POST", "/v1/sandboxes", tokenA, api.CreateSandbox{Network: &api.Network{Mode: "open"}})

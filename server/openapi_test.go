@@ -468,6 +468,19 @@ func TestOpenAPIConformance(t *testing.T) {
 	// Another tenant's sandbox is reported like a missing one.
 	rn.call(oaCall{op: api.OpSandboxGet, vals: in, token: tokenB, want: http.StatusNotFound})
 	rn.call(oaCall{op: api.OpSandboxGet, vals: map[string]string{"sandbox": "no-such-sandbox"}, want: http.StatusNotFound})
+	// The network changes: the lists, then an address entry without the
+	// managed policy's allow_cidr_entries, and mode open.
+	rn.call(oaCall{op: api.OpSandboxNetwork, vals: in, body: api.SetNetwork{Mode: "proxy", AllowDomains: []string{"example.com", "bad.example.com"}, DenyDomains: []string{"bad.example.com"}},
+		check: func(t *testing.T, r reply) {
+			var n api.Network
+			r.decode(t, &n)
+			if len(n.Dropped) != 1 || n.Dropped[0].Entry != "bad.example.com" {
+				t.Errorf("network: %s", r.body)
+			}
+		}})
+	rn.call(oaCall{op: api.OpSandboxNetwork, vals: in, body: api.SetNetwork{AllowDomains: []string{"10.0.0.0/8"}}, want: http.StatusForbidden})
+	rn.call(oaCall{op: api.OpSandboxNetwork, vals: in, body: api.SetNetwork{Mode: "open"}, want: http.StatusConflict})
+	rn.call(oaCall{op: api.OpSandboxNetwork, vals: in, body: api.SetNetwork{Mode: "bridge"}, want: http.StatusBadRequest})
 
 	// Processes run to completion.
 	rn.call(oaCall{op: api.OpExec, vals: in, body: api.Exec{Args: []string{"sh", "-c", "echo out; echo err >&2"},

@@ -41,27 +41,99 @@ type sandboxPolicy struct {
 
 	mu   sync.Mutex
 	base *policy.Effective // the watcher's policy eff was made from
-	eff  *policy.Effective // base with rules
+	eff  *policy.Effective // base with rules and the network's lists
+	// The sandbox's network lists (its create's, or the last
+	// sandbox.network's): the caller's allowlist and the deny rules of
+	// deny_domains.
+	netAllow []string
+	netDeny  *policy.File
 }
 
 // effective is the sandbox's policy now: the files re-read if they
-// changed, with the sandbox's rules.
+// changed, with the sandbox's rules and network lists.
 func (p *sandboxPolicy) effective(log *slog.Logger, id string) (*policy.Effective, error) {
-	if _, err := p.watcher.Reload(); err != nil {
-		// Reload reports an error once per change of the files.
-		log.Error("policy file invalid: the sandbox keeps its last good policy", "sandbox", id, "err", err)
-	}
-	cur := p.watcher.Current()
+	cur := p.reload(log, id)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if cur != p.base {
-		eff, err := cur.With(p.rules)
+		eff, err := p.compose(cur, p.netAllow, p.netDeny)
 		if err != nil {
 			return nil, err
 		}
 		p.base, p.eff = cur, eff
 	}
 	return p.eff, nil
+}
+
+// reload re-reads the policy files if they changed and returns the
+// watcher's policy.
+func (p *sandboxPolicy) reload(log *slog.Logger, id string) *policy.Effective {
+	if _, err := p.watcher.Reload(); err != nil {
+		// Reload reports an error once per change of the files.
+		log.Error("policy file invalid: the sandbox keeps its last good policy", "sandbox", id, "err", err)
+	}
+	return p.watcher.Current()
+}
+
+// compose is base with the sandbox's rules, the deny rules of its
+// deny_domains and its allowlist.
+func (p *sandboxPolicy) compose(base *policy.Effective, allow []string, deny *policy.File) (*policy.Effective, error) {
+	eff, err := base.With(p.rules)
+	if err == nil {
+		eff, err = eff.With(deny)
+	}
+	if err == nil {
+		eff, err = eff.WithNetAllow(allow)
+	}
+	if err != nil {
+		return nil, api.Errorf(api.CodeInvalidArgument, "policy: %v", err)
+	}
+	return eff, nil
+}
+
+// current is the policy last made (no reload).
+func (p *sandboxPolicy) current() *policy.Effective {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.eff
+}
+
+// network returns the sandbox's network lists.
+func (p *sandboxPolicy) network() ([]string, *policy.File) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.netAllow, p.netDeny
+}
+
+// withNetwork is the sandbox's policy now with other network lists, and
+// the watcher's policy it was made from; nothing changes until
+// setNetwork.
+func (p *sandboxPolicy) withNetwork(log *slog.Logger, id string, allow []string, deny *policy.File) (base, eff *policy.Effective, err error) {
+	base = p.reload(log, id)
+	eff, err = p.compose(base, allow, deny)
+	return base, eff, err
+}
+
+// setNetwork installs network lists and the policy withNetwork made of
+// them: the next decision (the egress proxy's next connection) uses it.
+func (p *sandboxPolicy) setNetwork(base, eff *policy.Effective, allow []string, deny *policy.File) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.base, p.eff, p.netAllow, p.netDeny = base, eff, allow, deny
+}
+
+// restoreNetwork puts back network lists after a failed change.
+func (p *sandboxPolicy) restoreNetwork(log *slog.Logger, id string, allow []string, deny *policy.File) {
+	base, eff, err := p.withNetwork(log, id, allow, deny)
+	if err != nil {
+		// They composed before; keep the last policy, recomposed at the
+		// next reload.
+		p.mu.Lock()
+		p.base, p.netAllow, p.netDeny = nil, allow, deny
+		p.mu.Unlock()
+		return
+	}
+	p.setNetwork(base, eff, allow, deny)
 }
 
 // parseRules parses per-sandbox or per-call rules; name is shown in their
@@ -85,29 +157,17 @@ func parseRules(c *policy.CallRules, name string) (*policy.File, error) {
 // it is the workspace's own (the caller's), 500 when it is the daemon's
 // (managed or user file); it never means "no policy".
 //
-// netDeny are deny rules from the create's network.deny_domains; its
-// allow_domains become the policy's caller allowlist.
-func (s *Service) loadPolicy(req *api.CreateSandbox, spec *sandbox.Spec, netDeny []string) (*sandboxPolicy, *sandbox.Spec, error) {
+// nr is the create's network: its allow_domains become the policy's
+// caller allowlist, its deny_domains deny rules.
+func (s *Service) loadPolicy(req *api.CreateSandbox, spec *sandbox.Spec, nr *netReq) (*sandboxPolicy, *sandbox.Spec, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, nil, err
 	}
-	callRules := req.Policy
-	if len(netDeny) > 0 {
-		c := policy.CallRules{}
-		if callRules != nil {
-			c = *callRules
-		}
-		c.Deny = append(append([]string(nil), c.Deny...), netDeny...)
-		callRules = &c
-	}
-	rules, err := parseRules(callRules, "sandbox")
+	rules, err := parseRules(req.Policy, "sandbox")
 	if err != nil {
 		return nil, nil, err
 	}
 	pc := enforce.Context(spec, s.cfg.Home)
-	if req.Network != nil {
-		pc.NetAllow = req.Network.AllowDomains
-	}
 	src := policy.Sources{Managed: s.cfg.PolicyManaged, User: s.cfg.PolicyUser}
 	if spec.Workspace != "" {
 		src.Project = path.Join(path.Clean(spec.Workspace), policy.ProjectPath)
@@ -126,10 +186,13 @@ func (s *Service) loadPolicy(req *api.CreateSandbox, spec *sandbox.Spec, netDeny
 		}
 		return nil, nil, api.Errorf(api.CodeInternal, "the daemon's policy is invalid (no sandbox is created until it is fixed): %v", err)
 	}
-	eff, err := w.Current().With(rules)
+	sp := &sandboxPolicy{watcher: w, rules: rules, netAllow: nr.allow, netDeny: nr.rules}
+	base := w.Current()
+	eff, err := sp.compose(base, nr.allow, nr.rules)
 	if err != nil {
-		return nil, nil, api.Errorf(api.CodeInvalidArgument, "policy: %v", err)
+		return nil, nil, err
 	}
+	sp.base, sp.eff = base, eff
 	out, rep, err := enforce.Compile(eff, spec, enforce.Options{Hide: s.cfg.HidePaths})
 	if err != nil {
 		var de *enforce.DeniedError
@@ -145,7 +208,8 @@ func (s *Service) loadPolicy(req *api.CreateSandbox, spec *sandbox.Spec, netDeny
 			report.Files = append(report.Files, f.Layer.String()+" "+f.Path)
 		}
 	}
-	return &sandboxPolicy{watcher: w, rules: rules, view: enforce.NewView(out), report: report, base: w.Current(), eff: eff}, out, nil
+	sp.view, sp.report = enforce.NewView(out), report
+	return sp, out, nil
 }
 
 // deniedError is the policy_denied error of a decision; msg is what the

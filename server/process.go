@@ -170,8 +170,12 @@ func resultSummary(r *sandbox.Result) map[string]any {
 	if r == nil {
 		return nil
 	}
-	return map[string]any{"exit_code": r.ExitCode, "exit_reason": r.ExitReason, "duration_ms": r.DurationMs,
+	sum := map[string]any{"exit_code": r.ExitCode, "exit_reason": r.ExitReason, "duration_ms": r.DurationMs,
 		"stdout_bytes": r.StdoutBytes, "stderr_bytes": r.StderrBytes, "truncated": r.Truncated, "error": r.Error}
+	if r.OOMKills > 0 {
+		sum["oom_kills"] = r.OOMKills
+	}
+	return sum
 }
 
 // newCall records the start of a call in the store, once the data disk
@@ -273,6 +277,7 @@ func (s *Service) exec(ctx context.Context, c Caller, in *input) (any, error) {
 	}
 	start := time.Now()
 	res, err := m.box().Exec(ctx, p)
+	res, err = m.cutShort(res, err)
 	ref := ""
 	if capOut != nil {
 		outText, outTrunc, outKept := capOut.finish()
@@ -408,7 +413,7 @@ func (s *Service) start(ctx context.Context, c Caller, in *input) (any, error) {
 	s.tasks.Add(1)
 	go func() {
 		defer s.tasks.Done()
-		res, err := handle.Wait(context.Background())
+		res, err := m.cutShort(handle.Wait(context.Background()))
 		now := time.Now()
 		pr.stdin.Close()
 		pr.mu.Lock()

@@ -44,6 +44,7 @@ func (s *Service) handlers() map[string]handler {
 		api.OpSnapshotDelete: s.deleteSnapshot,
 		api.OpSnapshotFork:   s.forkSnapshot,
 		api.OpSandboxRestore: s.restoreSandbox,
+		api.OpSandboxNetwork: s.setNetwork,
 		api.OpAuditQuery:     s.auditQuery,
 		api.OpApprovalList:   s.listApprovals,
 		api.OpApprovalGet:    s.getApproval,

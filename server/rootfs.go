@@ -265,6 +265,7 @@ func (s *Service) restoreSandbox(ctx context.Context, c Caller, in *input) (any,
 	if bind != nil {
 		bind.m.Store(m)
 	}
+	m.netb = bind
 	m.mu.Lock()
 	old := m.sb
 	m.sb, m.spec = sb, &spec

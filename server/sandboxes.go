@@ -21,6 +21,9 @@ type managed struct {
 	// a restore; netMode its network mode.
 	spec    *sandbox.Spec
 	netMode sandbox.NetMode
+	// netb is the egress proxy's endpoint of a sandbox in mode proxy
+	// (under rootMu).
+	netb *netBinding
 
 	// rootMu serializes snapshots and restores of the sandbox; lineage
 	// (under it) is what its next snapshot is relative to.
@@ -95,6 +98,33 @@ func (m *managed) expired(now time.Time) string {
 		return api.EndIdle
 	}
 	return ""
+}
+
+// cutShort rewrites the result of a call that its sandbox's end cut
+// short. The runtime sees only the sandbox's init go (exit 125,
+// setup_error, "init: sandbox init exited"); when the pruner ended the
+// sandbox at its maximum age the call was ended by the sandbox's
+// timeout: exit 124, exit_reason sandbox_timeout, with what the call
+// wrote until then. end marks the sandbox ended before it kills it, so a
+// call the kill ended always finds the reason set. A result that is not a
+// setup_error (the process ended first) is kept, and so is an error that
+// says nothing ran (the sandbox already closing: 409 sandbox_not_running).
+func (m *managed) cutShort(res *sandbox.Result, err error) (*sandbox.Result, error) {
+	if res == nil || res.ExitReason != sandbox.ReasonSetupError || err != nil && !isSetupOnly(err) {
+		return res, err
+	}
+	m.mu.Lock()
+	ended, reason, maxAge, enf := m.ended, m.info.EndReason, m.info.TimeoutMs, m.info.Enforcement
+	m.mu.Unlock()
+	if !ended || reason != api.EndTimeout {
+		return res, err
+	}
+	res.ExitCode, res.ExitReason, res.Signal = sandbox.ExitTimeout, sandbox.ReasonSandboxTimeout, 0
+	res.Error = fmt.Sprintf("the sandbox reached its maximum age (timeout_ms %d) and was ended; the process tree was killed", maxAge)
+	if res.Enforcement == nil {
+		res.Enforcement = enf
+	}
+	return res, nil
 }
 
 // lookup finds a running sandbox of the caller's tenant. Another tenant's
@@ -218,6 +248,7 @@ type built struct {
 	spec    *sandbox.Spec
 	pol     *sandboxPolicy
 	netMode sandbox.NetMode
+	network *api.Network // the sandbox's network as it describes it
 	tmpl    *rootfs.Template
 	snap    *rootfs.Snapshot // the sandbox starts from it (a fork), or nil
 }
@@ -225,7 +256,7 @@ type built struct {
 // buildSpec resolves the request's template or snapshot, fills the
 // template's defaults and compiles the policy into the spec.
 func (s *Service) buildSpec(c Caller, req *api.CreateSandbox) (*built, error) {
-	netMode, netDeny, err := netRequest(req.Network)
+	nr, err := netRequest(req.Network)
 	if err != nil {
 		return nil, err
 	}
@@ -235,14 +266,17 @@ func (s *Service) buildSpec(c Caller, req *api.CreateSandbox) (*built, error) {
 	}
 	spec := &sandbox.Spec{Workspace: req.Workspace, Binds: req.Binds, Hostname: req.Hostname,
 		Limits: req.Limits.Or(tmpl.Limits), Root: root, Env: tmpl.Env, Workdir: tmpl.Workdir}
-	pol, spec, err := s.loadPolicy(req, spec, netDeny)
-	if err != nil {
-		if api.AsError(err).Code == api.CodePolicyDenied {
-			s.metrics.denied("policy")
+	pol, spec, err := s.loadPolicy(req, spec, nr)
+	if err == nil {
+		var network *api.Network
+		if network, err = checkNetAllow(pol.current(), "network.", nr, s.cfg.PolicyManaged); err == nil {
+			return &built{spec: spec, pol: pol, netMode: nr.mode, network: network, tmpl: tmpl, snap: snap}, nil
 		}
-		return nil, err
 	}
-	return &built{spec: spec, pol: pol, netMode: netMode, tmpl: tmpl, snap: snap}, nil
+	if api.AsError(err).Code == api.CodePolicyDenied {
+		s.metrics.denied("policy")
+	}
+	return nil, err
 }
 
 // launch starts the sandbox b describes, from a warm pool when one holds
@@ -270,17 +304,15 @@ func (s *Service) launch(ctx context.Context, c Caller, req *api.CreateSandbox, 
 			ID: sb.ID(), Tenant: c.Tenant, State: api.StateRunning, CreatedAt: now,
 			TimeoutMs: millis(timeout), IdleTimeoutMs: millis(idle), Workspace: req.Workspace,
 			Hostname: req.Hostname, Labels: req.Labels, Enforcement: enf, Policy: b.pol.report,
-			Network: &api.Network{Mode: string(b.netMode)}, Template: b.tmpl.Name, Pooled: pooled,
+			Network: b.network, Template: b.tmpl.Name, Pooled: pooled,
 		},
 	}
 	if b.snap != nil {
 		m.info.Snapshot = b.snap.ID
 	}
-	if req.Network != nil {
-		m.info.Network.AllowDomains, m.info.Network.DenyDomains = req.Network.AllowDomains, req.Network.DenyDomains
-	}
 	if bind != nil {
 		bind.m.Store(m)
+		m.netb = bind
 	}
 	rec := &store.Sandbox{
 		ID: m.info.ID, Tenant: c.Tenant, State: api.StateRunning, CreatedAt: now, LastActiveAt: now,

@@ -110,6 +110,7 @@ const (
 	gScaling
 	gExec
 	gSoak
+	gDaemon
 	gPolicy
 )
 

@@ -353,6 +353,7 @@ type inputs struct {
 	Policy       *policyFile
 	Netproxy     *netproxyFile
 	Controlplane *controlplaneFile
+	Daemon       *daemonFile
 	Rootfs       *rootfsFile
 	Density      *densityFile
 }
@@ -381,6 +382,9 @@ var benchFiles = []benchFile{
 	}},
 	{"controlplane", "controlplane.json", func(in *inputs, b []byte) error {
 		return decode(b, &in.Controlplane, func(f *controlplaneFile) bool { return f.TTI != nil || f.Exec != nil }, `"tti" or "exec_round_trip"`)
+	}},
+	{"daemon", "daemon.json", func(in *inputs, b []byte) error {
+		return decode(b, &in.Daemon, func(f *daemonFile) bool { return f.Flood != nil || f.Throughput != nil }, `"flood" or "throughput"`)
 	}},
 	{"rootfs", "rootfs.json", func(in *inputs, b []byte) error {
 		return decode(b, &in.Rootfs, func(f *rootfsFile) bool { return f.Kinds != nil }, `"kinds"`)
@@ -447,6 +451,8 @@ func (in *inputs) present(name string) bool {
 		return in.Netproxy != nil
 	case "controlplane":
 		return in.Controlplane != nil
+	case "daemon":
+		return in.Daemon != nil
 	case "rootfs":
 		return in.Rootfs != nil
 	case "density":

@@ -51,6 +51,11 @@ func provenances(in *inputs) []provenance {
 				m := f.Machine
 				p.date, p.commit, p.loadavg, p.duration, p.host = m.Date, m.MoatCommit, m.LoadAvgStart, f.Config.DurationSec, &m.host
 			}
+		case "daemon":
+			if f := in.Daemon; f != nil {
+				m := f.Machine
+				p.date, p.commit, p.loadavg, p.duration, p.host = m.Date, m.MoatCommit, m.LoadAvgStart, f.Config.DurationSec, &m.host
+			}
 		case "syscall":
 			if f := in.Syscall; f != nil {
 				p.date, p.commit, p.loadavg, p.host = f.Date, f.Commit, f.LoadAvg, f.Machine
@@ -208,6 +213,9 @@ func machineTable(in *inputs, ps []provenance) (*table, []string) {
 	if in.Controlplane != nil && in.Controlplane.Machine.LoadAvgEnd != "" {
 		loads = append(loads, "controlplane at its end: "+loadAvg(in.Controlplane.Machine.LoadAvgEnd))
 	}
+	if in.Daemon != nil && in.Daemon.Machine.LoadAvgEnd != "" {
+		loads = append(loads, "daemon at its end: "+loadAvg(in.Daemon.Machine.LoadAvgEnd))
+	}
 	if in.Density != nil && in.Density.Machine.LoadAvgEnd != "" {
 		loads = append(loads, "density at its end: "+loadAvg(in.Density.Machine.LoadAvgEnd))
 	}
@@ -302,7 +310,7 @@ func peerTable(in *inputs, a *analysis) *table {
 		switch p.startup {
 		case "moat":
 			var where []string
-			for _, b := range []string{"startup", "syscall", "netproxy", "controlplane", "rootfs", "density"} {
+			for _, b := range []string{"startup", "syscall", "netproxy", "controlplane", "daemon", "rootfs", "density"} {
 				if in.present(b) {
 					where = append(where, b)
 				}

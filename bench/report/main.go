@@ -3,8 +3,8 @@
 //
 // It reads every results file the benchmarks wrote into the results
 // directory (bench/startup's startup.json, bench/syscall's, bench/policy's,
-// bench/netproxy's, bench/controlplane's, bench/rootfs's and
-// bench/density's), and writes:
+// bench/netproxy's, bench/controlplane's, bench/daemon's, bench/rootfs's
+// and bench/density's), and writes:
 //
 //   - the markdown report (--out): how the run was made, the machine, the
 //     peers and their versions (each one not run with its reason beside
@@ -26,6 +26,10 @@
 //	    --plots docs/perf --summary bench/results/summary.json
 //	go run ./bench/report --compare OLD/summary.json NEW/summary.json
 //
+// --section NAME prints only the section of bench/NAME (and its headline
+// rows), writing nothing: for pasting a benchmark measured on its own into
+// a report generated from another run.
+//
 // --compare prints a markdown table of every figure of the two summaries:
 // old, new, change in percent, and the figures found in only one.
 package main
@@ -42,6 +46,7 @@ import (
 
 type options struct {
 	results, out, plots, summary string
+	section                      string   // print only this benchmark's section
 	compare                      []string // OLD, NEW
 }
 
@@ -68,6 +73,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintln(stderr, "report:", err)
 		return 2
+	}
+	if o.section != "" {
+		in, err := load(o.results)
+		if err == nil {
+			var s string
+			if s, err = renderSection(in, o, o.section); err == nil {
+				fmt.Fprint(stdout, s)
+				return 0
+			}
+		}
+		fmt.Fprintln(stderr, "report:", err)
+		return 1
 	}
 	if o.compare != nil {
 		if err := compare(stdout, o.compare[0], o.compare[1]); err != nil {
@@ -124,9 +141,11 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.out, "out", "docs/PERFORMANCE.md", "the markdown report to write")
 	fs.StringVar(&o.plots, "plots", "docs/perf", "`DIR` for the PNG plots (linked relative to --out)")
 	fs.StringVar(&o.summary, "summary", "", "write every figure as JSON to `FILE` (e.g. bench/results/summary.json)")
+	fs.StringVar(&o.section, "section", "", "print only the section of bench/`NAME` (and its headline rows) as markdown, writing nothing: to paste into a report of another run")
 	cmp := fs.Bool("compare", false, "compare two summaries: --compare OLD.json NEW.json (prints markdown)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "usage: report [--results DIR] [--out FILE] [--plots DIR] [--summary FILE]\n"+
+			"       report [--results DIR] --section NAME\n"+
 			"       report --compare OLD_summary.json NEW_summary.json\n\n")
 		fs.PrintDefaults()
 	}

@@ -6,6 +6,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"text/template"
 	"time"
@@ -32,7 +33,13 @@ type docData struct {
 // render builds the whole report from the inputs: the markdown, the
 // figures of summary.json and the plots to draw.
 func render(in *inputs, o *options) (md string, sum *summary, plots *plotSet, err error) {
-	a := newAnalysis()
+	md, sum, plots, _, err = renderAll(in, o)
+	return md, sum, plots, err
+}
+
+// renderAll is render, with the analysis (the headline rows).
+func renderAll(in *inputs, o *options) (md string, sum *summary, plots *plotSet, a *analysis, err error) {
+	a = newAnalysis()
 	plots = &plotSet{}
 	ps := provenances(in)
 
@@ -41,6 +48,7 @@ func render(in *inputs, o *options) (md string, sum *summary, plots *plotSet, er
 	for _, s := range []*section{
 		startupSection(in, a, plots),
 		controlplaneSection(in, a, plots),
+		daemonSection(in, a),
 		rootfsSection(in, a, plots),
 		densitySection(in, a, plots),
 		syscallSection(in, a),
@@ -95,13 +103,67 @@ func render(in *inputs, o *options) (md string, sum *summary, plots *plotSet, er
 	}
 	tmpl, err := template.New("report").Funcs(funcs).Parse(reportTemplate)
 	if err != nil {
-		return "", nil, nil, err
+		return "", nil, nil, nil, err
 	}
 	var b strings.Builder
 	if err := tmpl.Execute(&b, d); err != nil {
-		return "", nil, nil, err
+		return "", nil, nil, nil, err
 	}
-	return tidy(b.String()), makeSummary(in, ps, a), plots, nil
+	return tidy(b.String()), makeSummary(in, ps, a), plots, a, nil
+}
+
+// sectionGroups are the headline groups of a benchmark whose rows
+// --section prints beside its section.
+var sectionGroups = map[string][]int{"daemon": {gDaemon}}
+
+// renderSection renders the report and returns only the section of
+// bench/name (from its "## " heading to the next one) and its headline
+// rows, to paste into a report written from another run's results. Its
+// plots are not drawn.
+func renderSection(in *inputs, o *options, name string) (string, error) {
+	if !slices.ContainsFunc(benchFiles, func(bf benchFile) bool { return bf.bench == name }) {
+		return "", fmt.Errorf("--section %q: no such benchmark", name)
+	}
+	md, _, _, a, err := renderAll(in, o)
+	if err != nil {
+		return "", err
+	}
+	mark := "(`bench/" + name + "`)"
+	start := -1
+	for i := 0; i < len(md); {
+		j := strings.IndexByte(md[i:], '\n')
+		if j < 0 {
+			j = len(md) - i
+		}
+		l := md[i : i+j]
+		if strings.HasPrefix(l, "## ") && strings.Contains(l, mark) {
+			start = i
+			break
+		}
+		i += j + 1
+	}
+	if start < 0 {
+		return "", fmt.Errorf("no section of bench/%s in the report", name)
+	}
+	end := strings.Index(md[start+3:], "\n## ")
+	sec := md[start:]
+	if end >= 0 {
+		sec = md[start : start+3+end+1]
+	}
+	var b strings.Builder
+	b.WriteString(strings.TrimSpace(sec) + "\n")
+	if groups := sectionGroups[name]; len(groups) > 0 {
+		ht := newTable("figure", "goal", ">p50 (or value)", ">p95", ">p99", "ratio", "result")
+		for _, r := range a.headline() {
+			if slices.Contains(groups, r.group) {
+				ht.add(r.Figure, r.Goal, r.P50, r.P95, r.P99, r.Ratio, r.Result)
+			}
+		}
+		if s := ht.String(); s != "" {
+			b.WriteString("\n<!-- The headline rows of bench/" + name + " (for the table under \"## Headline\"): -->\n\n" + s)
+		}
+	}
+	return b.String(), nil
 }
 
 func countPresent(ps []provenance) int {

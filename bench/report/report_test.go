@@ -189,7 +189,7 @@ func TestFullReport(t *testing.T) {
 	if _, ok := byID["density.L1000.tti.p50_ms"]; !ok {
 		t.Error("no density.L1000.tti.p50_ms")
 	}
-	if sum.Commit != "abc123def456" || sum.Machine == nil || sum.Machine.MemTotalKiB != 24627000 || len(sum.Benchmarks) != 7 {
+	if sum.Commit != "abc123def456" || sum.Machine == nil || sum.Machine.MemTotalKiB != 24627000 || len(sum.Benchmarks) != 8 {
 		t.Errorf("summary header: commit %q machine %+v benchmarks %v", sum.Commit, sum.Machine, sum.Benchmarks)
 	}
 	for _, f := range sum.Figures {
@@ -254,7 +254,7 @@ func TestMissingResults(t *testing.T) {
 	}
 	b, _ := os.ReadFile(filepath.Join(out, "PERFORMANCE.md"))
 	md := string(b)
-	for _, bench := range []string{"syscall", "policy", "netproxy", "controlplane", "rootfs", "density"} {
+	for _, bench := range []string{"syscall", "policy", "netproxy", "controlplane", "daemon", "rootfs", "density"} {
 		if row := line(t, md, "| `bench/"+bench+"` |"); !strings.Contains(row, "not run in this invocation") {
 			t.Errorf("provenance row of %s: %s", bench, row)
 		}
@@ -279,7 +279,7 @@ func TestMissingResults(t *testing.T) {
 
 func TestNoResultsAtAll(t *testing.T) {
 	md, sum, _ := generateInto(t, t.TempDir())
-	if !strings.Contains(md, "Benchmarks found: 0 of 7") || len(sum.Figures) != 0 {
+	if !strings.Contains(md, "Benchmarks found: 0 of 8") || len(sum.Figures) != 0 {
 		t.Errorf("empty results: %d figures", len(sum.Figures))
 	}
 	if row := line(t, md, "| runc |"); !strings.Contains(row, "bench/startup was not run in this invocation") {
@@ -464,5 +464,100 @@ func TestPartialResults(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(docs, "perf", "scaling.png")); err != nil {
 		t.Error(err)
+	}
+}
+
+// bench/daemon's section: the floods against their budgets, the byte
+// accounting, the durable exec throughput against the old daemon, the
+// auth flood, their headline rows and figures; --section prints the
+// section and those rows alone.
+func TestDaemonSection(t *testing.T) {
+	md, sum, _ := generateInto(t, filepath.Join("testdata", "full"))
+	de := readFixture[daemonFile](t, "daemon.json")
+	def, small := &de.Flood[0], &de.Flood[1]
+
+	// Default budgets: growth under budget + 25%; but one exec's answer
+	// lacks bytes it did not report: not every byte accounted.
+	row := line(t, md, "| output flood (1 GiB / 256 MiB), daemon peak RSS growth |")
+	for _, want := range []string{"≤ budget + 25% (1280 MiB)", "+" + mib(float64(def.PeakGrowthKiB)) + " MiB", "**met**"} {
+		if !strings.Contains(row, want) {
+			t.Errorf("default flood row lacks %q:\n%s", want, row)
+		}
+	}
+	if row := line(t, md, "| output flood (1 GiB / 256 MiB), every byte printed accounted for |"); !strings.Contains(row, "**not met**") {
+		t.Errorf("default accounting row: %s", row)
+	}
+	row = line(t, md, "| output flood (64 MiB / 16 MiB), daemon peak RSS growth |")
+	for _, want := range []string{"(80 MiB)", "+" + mib(float64(small.PeakGrowthKiB)) + " MiB", "**not met**"} {
+		if !strings.Contains(row, want) {
+			t.Errorf("small flood row lacks %q:\n%s", want, row)
+		}
+	}
+	if row := line(t, md, "| output flood (64 MiB / 16 MiB), every byte printed accounted for |"); !strings.Contains(row, "| **met** |") {
+		t.Errorf("small accounting row: %s", row)
+	}
+	if !strings.Contains(md, "default budgets: execs printed 134217728 bytes, their answers count 134197248") {
+		t.Error("the accounting error is not in the section")
+	}
+
+	// Throughput: one row per level, the ratio from the JSON, verdict by
+	// the ≥ 1.0× goal.
+	for _, l := range de.Throughput.Levels {
+		row := line(t, md, fmt.Sprintf("| durable exec throughput (`/bin/true`), %d client(s): new / old daemon |", l.Clients))
+		want := verdict(*l.Ratio >= 1)
+		if !strings.Contains(row, ratio(*l.Ratio)) || !strings.Contains(row, want+" |") {
+			t.Errorf("%d clients: row lacks %s and %s:\n%s", l.Clients, ratio(*l.Ratio), want, row)
+		}
+	}
+	// The auth flood and the section's place.
+	if row := line(t, md, "| new | 178837 |"); !strings.Contains(row, "| 29 | 178808 |") {
+		t.Errorf("auth row: %s", row)
+	}
+	if i, j, k := strings.Index(md, "## Time to interactive through the API"), strings.Index(md, "## Daemon under exhaustion (`bench/daemon`)"),
+		strings.Index(md, "## Warm pools"); i < 0 || j < i || k < j {
+		t.Errorf("the daemon section is not between the control plane's and rootfs' (%d, %d, %d)", i, j, k)
+	}
+	if row := line(t, md, "| `bench/daemon` |"); !strings.Contains(row, "`daemon.json`") {
+		t.Errorf("provenance row: %s", row)
+	}
+
+	byID := map[string]figure{}
+	for _, f := range sum.Figures {
+		byID[f.ID] = f
+	}
+	for id, met := range map[string]bool{
+		"daemon.flood.default.peak_growth_mib": true,
+		"daemon.flood.small.peak_growth_mib":   false,
+		"daemon.flood.default.accounted":       false,
+		"daemon.flood.small.accounted":         true,
+		"daemon.exec.c1.ratio":                 *de.Throughput.Levels[0].Ratio >= 1,
+	} {
+		f, ok := byID[id]
+		if !ok || f.Met == nil || *f.Met != met {
+			t.Errorf("%s: %+v, want met=%v", id, f, met)
+		}
+	}
+	for _, id := range []string{"daemon.auth.new.events_per_1000", "daemon.auth.old.answered_per_s", "daemon.record.w32.ratio", "daemon.exec.c32.new.p99_ms"} {
+		if _, ok := byID[id]; !ok {
+			t.Errorf("no figure %s", id)
+		}
+	}
+
+	// --section: the section alone, then its headline rows; nothing else.
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"--results", filepath.Join("testdata", "full"), "--section", "daemon"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("--section: exit %d: %s", code, stderr.String())
+	}
+	out := stdout.String()
+	if !strings.HasPrefix(out, "## Daemon under exhaustion (`bench/daemon`)\n") || strings.Contains(out, "## Warm pools") ||
+		strings.Contains(out, "## Time to interactive") {
+		t.Errorf("--section printed more or less than the section:\n%.300s", out)
+	}
+	rows := out[strings.Index(out, "<!-- The headline rows"):]
+	if strings.Count(rows, "\n| output flood") != 4 || strings.Count(rows, "\n| durable exec throughput") != 3 || strings.Contains(rows, "| cold start") {
+		t.Errorf("--section's headline rows:\n%s", rows)
+	}
+	if code := run([]string{"--results", filepath.Join("testdata", "full"), "--section", "nope"}, &bytes.Buffer{}, &bytes.Buffer{}); code != 1 {
+		t.Errorf("--section nope: exit %d, want 1", code)
 	}
 }

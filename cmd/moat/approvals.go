@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -33,7 +32,8 @@ same deciding rule) of the same sandbox run without asking again, for the
 sandbox's life.
 
 Connection: MOAT_URL (default http://127.0.0.1:7070). Listing takes the
-API token MOAT_TOKEN or MOAT_TOKEN_FILE (default /var/lib/moat/token), or
+API token as 'moat sandbox' finds it (MOAT_TOKEN, else the file
+MOAT_TOKEN_FILE, else <MOAT_DATA>/token, else /var/lib/moat/token), or
 else the approver token. Answering takes an approver token: MOAT_APPROVER_TOKEN,
 or the file MOAT_APPROVER_TOKEN_FILE (default <data>/approver-token, <data>
 being MOAT_DATA or /var/lib/moat). An agent's token cannot answer.
@@ -50,6 +50,8 @@ func approvalsCommand() *command {
 		short: "List and answer the approvals of a running daemon",
 		long:  approvalsLong,
 		setup: func(*pflag.FlagSet) {},
+		// The rest, flags included, is the subcommand's.
+		flagsFirst: true,
 		run: func(ctx context.Context, args []string) error {
 			return runApprovals(ctx, args, sandboxIO{os.Stdin, os.Stdout, os.Stderr})
 		},
@@ -62,40 +64,7 @@ func approvalsSubcommands(sio sandboxIO) []*command {
 
 // runApprovals dispatches `moat approvals COMMAND ARGS...`.
 func runApprovals(ctx context.Context, args []string, sio sandboxIO) error {
-	if len(args) == 0 {
-		return usageError("no command (see 'moat approvals --help')")
-	}
-	if args[0] == "help" {
-		if len(args) == 1 {
-			fmt.Fprintf(sio.stdout, "%s\n", approvalsLong)
-			return nil
-		}
-		args = []string{args[1], "--help"}
-	}
-	var sub *command
-	for _, s := range approvalsSubcommands(sio) {
-		if s.name == args[0] {
-			sub = s
-		}
-	}
-	if sub == nil {
-		return usageError("unknown command %q (see 'moat approvals --help')", args[0])
-	}
-	fl := pflag.NewFlagSet("moat approvals "+sub.name, pflag.ContinueOnError)
-	fl.SetInterspersed(true)
-	fl.SetOutput(io.Discard)
-	sub.setup(fl)
-	if err := fl.Parse(args[1:]); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			fmt.Fprintf(sio.stdout, "%s\n\nUsage:\n  moat approvals %s %s\n", strings.TrimSpace(sub.long), sub.name, sub.usage)
-			if u := fl.FlagUsages(); u != "" {
-				fmt.Fprintf(sio.stdout, "\nFlags:\n%s", u)
-			}
-			return nil
-		}
-		return usageError("%s: %v (see 'moat approvals %s --help')", sub.name, err, sub.name)
-	}
-	err := sub.run(ctx, fl.Args())
+	sub, err := dispatch(ctx, "approvals", approvalsLong, approvalsSubcommands(sio), args, sio)
 	switch client.Code(err) {
 	case api.CodeNotFound, api.CodeConflict:
 		fmt.Fprintf(sio.stderr, "moat approvals %s: %s\n", sub.name, display.String(err.Error()))
@@ -112,11 +81,7 @@ func approverToken() (string, error) {
 	}
 	file := os.Getenv("MOAT_APPROVER_TOKEN_FILE")
 	if file == "" {
-		data := os.Getenv("MOAT_DATA")
-		if data == "" {
-			data = filepath.Dir(client.DefaultTokenFile)
-		}
-		file = filepath.Join(data, "approver-token")
+		file = filepath.Join(dataDirEnv(), "approver-token")
 	}
 	b, err := os.ReadFile(file)
 	if err != nil {
@@ -139,7 +104,7 @@ func withApprovalsClient(approver bool, fn func(c *client.Client) error) error {
 	var c *client.Client
 	var err error
 	if !approver {
-		c, err = client.New(client.WithHTTPFromEnv())
+		c, err = daemonClient()
 	}
 	if approver || err != nil {
 		tok, terr := approverToken()
@@ -149,11 +114,7 @@ func withApprovalsClient(approver bool, fn func(c *client.Client) error) error {
 			}
 			return terr
 		}
-		u := os.Getenv("MOAT_URL")
-		if u == "" {
-			u = client.DefaultURL
-		}
-		if c, err = client.New(client.WithHTTP(u, tok)); err != nil {
+		if c, err = client.New(client.WithHTTP(daemonURL(), tok)); err != nil {
 			return err
 		}
 	}

@@ -65,18 +65,38 @@ overwritten in place. Inside a copied directory, an entry replaces what
 is there (a symlink included, which is removed, not followed), and no
 link of the archive is followed by a later entry.
 
+With --json, print a summary object when the copy is done: direction
+("in" to the sandbox, "out" to the host), sandbox, path (in the sandbox),
+host (the host path, absolute, or -), archive (whether it went as a tar
+archive: directories, symlinks, and every copy out to a host path) and
+bytes (the file's size, or the archive's). --json cannot go with - as
+the destination, whose content is stdout.
+
 Examples:
   moat sandbox cp ./src sb-123:/workspace/
   moat sandbox cp sb-123:/workspace/out/report.json .
   moat sandbox cp - sb-123:/workspace/input.txt < input.txt`
 
+// cpSummary is what cp --json prints.
+type cpSummary struct {
+	Direction string `json:"direction"` // in (to the sandbox) or out
+	Sandbox   string `json:"sandbox"`
+	Path      string `json:"path"` // in the sandbox
+	Host      string `json:"host"` // absolute, or - (stdin, stdout)
+	Archive   bool   `json:"archive"`
+	Bytes     int64  `json:"bytes"`
+}
+
 func sbCopy(sio sandboxIO) *command {
+	var asJSON bool
 	return &command{
 		name:  "cp",
-		usage: "SRC DST   (one of them SANDBOX:PATH)",
+		usage: "[--json] SRC DST   (one of them SANDBOX:PATH)",
 		short: "Copy a file or directory between the host and a sandbox",
 		long:  cpLong,
-		setup: func(*pflag.FlagSet) {},
+		setup: func(fl *pflag.FlagSet) {
+			fl.BoolVar(&asJSON, "json", false, "print a summary of the copy as JSON")
+		},
 		run: func(ctx context.Context, args []string) error {
 			if len(args) != 2 {
 				return usageError("cp takes a source and a destination")
@@ -86,16 +106,37 @@ func sbCopy(sio sandboxIO) *command {
 			if srcRemote == dstRemote {
 				return usageError("cp: exactly one of SRC and DST must be SANDBOX:PATH")
 			}
-			return withClient(func(c *client.Client) error {
+			if asJSON && args[1] == "-" {
+				return usageError("cp: --json cannot go with - as the destination (the file's content is stdout)")
+			}
+			sum := &cpSummary{Direction: "in", Sandbox: dstID}
+			err := withClient(func(c *client.Client) error {
 				ctx, stop := interruptible(ctx)
 				defer stop()
 				if dstRemote {
-					return copyIn(ctx, sio, c.Sandbox(dstID), args[0], dstPath)
+					return copyIn(ctx, sio, c.Sandbox(dstID), args[0], dstPath, sum)
 				}
-				return copyOut(ctx, sio, c.Sandbox(srcID), srcPath, args[1])
+				sum.Direction, sum.Sandbox = "out", srcID
+				return copyOut(ctx, sio, c.Sandbox(srcID), srcPath, args[1], sum)
 			})
+			if err != nil || !asJSON {
+				return err
+			}
+			return printJSONTo(sio.stdout, sum)
 		},
 	}
+}
+
+// countingWriter counts what goes through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // splitRemote reads SANDBOX:PATH; a host path with a colon can be written
@@ -256,13 +297,15 @@ func openHostParent(p string) (hostEntry, error) {
 	return hostEntry{fd: fd, name: base}, nil
 }
 
-// copyIn copies the host path src (or stdin) to dst in the sandbox.
-func copyIn(ctx context.Context, sio sandboxIO, sb *client.Sandbox, src, dst string) error {
+// copyIn copies the host path src (or stdin) to dst in the sandbox and
+// says what it did in sum.
+func copyIn(ctx context.Context, sio sandboxIO, sb *client.Sandbox, src, dst string, sum *cpSummary) error {
 	if src == "-" {
 		b, err := io.ReadAll(sio.stdin)
 		if err != nil {
 			return fmt.Errorf("reading standard input: %w", err)
 		}
+		sum.Host, sum.Path, sum.Bytes = "-", dst, int64(len(b))
 		return sb.WriteFile(ctx, dst, b, 0)
 	}
 	// A trailing / names a directory: it is opened as one, refusing a
@@ -297,6 +340,7 @@ func copyIn(ctx context.Context, sio sandboxIO, sb *client.Sandbox, src, dst str
 	if err != nil {
 		return err
 	}
+	sum.Host = abs
 	name := filepath.Base(abs)
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
@@ -307,6 +351,7 @@ func copyIn(ctx context.Context, sio sandboxIO, sb *client.Sandbox, src, dst str
 		if err != nil {
 			return &hostPathError{Path: src, Err: err}
 		}
+		sum.Path, sum.Bytes = dst, int64(len(b))
 		return sb.WriteFile(ctx, dst, b, mode)
 	case unix.S_IFDIR, unix.S_IFLNK:
 		dir := dst
@@ -316,11 +361,16 @@ func copyIn(ctx context.Context, sio sandboxIO, sb *client.Sandbox, src, dst str
 		if name == "/" || name == "." || name == ".." {
 			return usageError("cp: cannot copy a directory to %q", dst)
 		}
-		return pipe(func(w io.Writer) error {
-			return writeTar(w, h.fd, h.name, name, src, sio.stderr)
+		sum.Path, sum.Archive = path.Join(dir, name), true
+		cw := &countingWriter{}
+		err := pipe(func(w io.Writer) error {
+			cw.w = w
+			return writeTar(cw, h.fd, h.name, name, src, sio.stderr)
 		}, func(r io.Reader) error {
 			return sb.Upload(ctx, dir, r)
 		})
+		sum.Bytes = cw.n
+		return err
 	}
 	return fmt.Errorf("%s is neither a regular file, a directory nor a symlink (FIFOs, sockets and devices are not copied)", src)
 }
@@ -502,58 +552,74 @@ func (zeros) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// copyOut copies src of the sandbox to the host path dst (or stdout).
-func copyOut(ctx context.Context, sio sandboxIO, sb *client.Sandbox, src, dst string) error {
+// copyOut copies src of the sandbox to the host path dst (or stdout) and
+// says what it did in sum.
+func copyOut(ctx context.Context, sio sandboxIO, sb *client.Sandbox, src, dst string, sum *cpSummary) error {
+	sum.Path = src
 	if dst == "-" {
 		b, err := sb.ReadFile(ctx, src)
 		if err != nil {
 			return err
 		}
+		sum.Host, sum.Bytes = "-", int64(len(b))
 		_, err = sio.stdout.Write(b)
 		return err
 	}
-	dir, name, err := hostTarget(dst, path.Base(src))
+	dir, name, into, err := hostTarget(dst, path.Base(src))
 	if err != nil {
 		return err
 	}
 	defer unix.Close(dir)
-	return pipe(func(w io.Writer) error {
-		return sb.Download(ctx, src, w)
+	host := dst
+	if into {
+		host = filepath.Join(dst, name)
+	}
+	if sum.Host, err = filepath.Abs(host); err != nil {
+		return err
+	}
+	sum.Archive = true
+	cw := &countingWriter{}
+	err = pipe(func(w io.Writer) error {
+		cw.w = w
+		return sb.Download(ctx, src, cw)
 	}, func(r io.Reader) error {
 		return extractTar(r, dir, name, sio.stderr)
 	})
+	sum.Bytes = cw.n
+	return err
 }
 
 // hostTarget finds where a copy to the host path dst goes: into dst
 // under srcBase when dst is an existing directory, else as dst. It
 // returns the descriptor of the directory that gets the new entry, and
-// the entry's name there. No symlink is followed: one in dst, the last
+// the entry's name there, and into set when that is dst itself (the
+// entry goes into it). No symlink is followed: one in dst, the last
 // component included, is an error.
-func hostTarget(dst, srcBase string) (int, string, error) {
+func hostTarget(dst, srcBase string) (dir int, name string, into bool, err error) {
 	fd, err := openHost(unix.AT_FDCWD, dst, unix.O_PATH|unix.O_DIRECTORY)
 	switch {
 	case err == nil:
 		if srcBase != "/" && srcBase != "." && srcBase != ".." {
-			return fd, srcBase, nil
+			return fd, srcBase, true, nil
 		}
 		unix.Close(fd) // the sandbox's / (or .): copied as dst itself
 	case errors.Is(err, errHostSymlink):
-		return -1, "", err
+		return -1, "", false, err
 	case errors.Is(err, unix.ENOTDIR) && strings.HasSuffix(dst, "/"):
-		return -1, "", err
+		return -1, "", false, err
 	case !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENOTDIR):
-		return -1, "", err
+		return -1, "", false, err
 	}
 	clean := filepath.Clean(dst)
 	base := filepath.Base(clean)
 	if base == "." || base == ".." || base == "/" {
-		return -1, "", usageError("cp: cannot copy to %q", dst)
+		return -1, "", false, usageError("cp: cannot copy to %q", dst)
 	}
 	h, err := openHostParent(clean)
 	if err != nil {
-		return -1, "", err
+		return -1, "", false, err
 	}
-	return h.fd, h.name, nil
+	return h.fd, h.name, false, nil
 }
 
 // errPipeStopped ends the writes of a producer whose consumer has ended.

@@ -15,7 +15,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 
 	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
@@ -48,9 +47,12 @@ type command struct {
 	// setup declares the flags; run gets the parsed FlagSet's args.
 	setup func(fs *pflag.FlagSet)
 	run   func(ctx context.Context, args []string) error
-	// interspersed lets flags follow positional args (off for commands
-	// that take a command line of their own).
-	interspersed bool
+	// flagsFirst ends the flags at the first positional argument: for
+	// moat run, whose command line follows its flags with or without --,
+	// and for the commands made of subcommands (moat sandbox…), whose
+	// subcommand parses the rest. Every other command takes flags after
+	// its arguments too (parseFlags).
+	flagsFirst bool
 }
 
 // exitError carries the exit code a command wants moat to end with.
@@ -72,7 +74,9 @@ func (u *usage) Error() string { return u.msg }
 func (u *usage) Unwrap() error { return errUsage }
 
 func commands() []*command {
-	return []*command{runCommand(), serveCommand(), sandboxCommand(), snapshotCommand(), templateCommand(), approvalsCommand(), policyCommand(), doctorCommand(), versionCommand()}
+	run := runCommand()
+	run.flagsFirst = true // moat run echo -n hi: -n is echo's
+	return []*command{run, serveCommand(), sandboxCommand(), snapshotCommand(), templateCommand(), approvalsCommand(), auditCommand(), policyCommand(), doctorCommand(), completionCommand(), versionCommand()}
 }
 
 const rootHelp = `moat runs untrusted commands (an AI agent's shell commands, code, builds)
@@ -82,6 +86,7 @@ Landlock, no capabilities and no network.
 
 Usage:
   moat COMMAND [flags]
+  moat --version
 
 Commands:
 `
@@ -89,9 +94,9 @@ Commands:
 func printRootHelp(w io.Writer) {
 	fmt.Fprint(w, rootHelp)
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.short)
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.short)
 	}
-	fmt.Fprint(w, "\nRun 'moat COMMAND --help' for a command's flags and exit codes.\n")
+	fmt.Fprint(w, "\nRun 'moat COMMAND --help' for a command's flags and exit codes. Flags may\nfollow a command's arguments (not moat run's: its command line follows\nits flags); after --, words are a command line's own.\n")
 }
 
 // execute runs the CLI and maps its outcome to moat's exit codes: a
@@ -106,6 +111,10 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 	}
+	if args[0] == "--version" {
+		fmt.Fprintln(stdout, versionLine())
+		return 0
+	}
 	var cmd *command
 	for _, c := range commands() {
 		if c.name == args[0] {
@@ -116,19 +125,15 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "moat: unknown command %q (see 'moat --help')\n", args[0])
 		return sandbox.ExitSetupFailed
 	}
-	fs := pflag.NewFlagSet("moat "+cmd.name, pflag.ContinueOnError)
-	fs.SetInterspersed(cmd.interspersed)
-	fs.SetOutput(io.Discard)
-	cmd.setup(fs)
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			fmt.Fprintf(stdout, "%s\n\nUsage:\n  moat %s %s\n\nFlags:\n%s", strings.TrimSpace(cmd.long), cmd.name, cmd.usage, fs.FlagUsages())
-			return 0
-		}
-		fmt.Fprintf(stderr, "moat %s: %s (see 'moat %s --help')\n", cmd.name, display.String(err.Error()), cmd.name)
+	rest, ok, err := parseFlags(cmd.name, cmd, args[1:], stdout)
+	if err != nil {
+		fmt.Fprintf(stderr, "moat %s: %s\n", cmd.name, display.String(err.Error()))
 		return sandbox.ExitSetupFailed
 	}
-	err := cmd.run(ctx, fs.Args())
+	if !ok {
+		return 0
+	}
+	err = cmd.run(ctx, rest)
 	if err == nil {
 		return 0
 	}

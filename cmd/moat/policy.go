@@ -31,7 +31,10 @@ const policyLong = `Check policy files and explain what a policy decides.
       per-call --allow/--ask/--deny rules), print the effective profile, the
       filesystem roots, the protected paths and the warnings, and decide each
       REQUEST, written like a rule: 'Exec(git push origin)' (a shell string,
-      every command in it is checked), 'Read(~/.ssh/id_rsa)',
+      every command in it is checked, wrappers such as env, nice, timeout,
+      xargs and git's global options such as -C and -c normalized; $VAR in
+      an argument stands for any text, a dynamic command word gets the
+      strictest Exec rule), 'Read(~/.ssh/id_rsa)',
       'Write(src/main.go)', 'Net(github.com:443)'. Each decision names the
       rule that made it. Exit 0 when the policy loads (whatever it decides).
 
@@ -79,7 +82,6 @@ func policyCommand() *command {
 			fl.StringArrayVar(&f.deny, "deny", nil, "explain: a per-call deny `RULE` (repeatable)")
 			fl.StringVar(&f.profile, "profile", "", "explain: a per-call profile (only \"untrusted\" narrows)")
 		},
-		interspersed: true,
 		run: func(ctx context.Context, args []string) error {
 			if len(args) == 0 {
 				return usageError("want 'check FILE...' or 'explain [REQUEST...]' (see 'moat policy --help')")

@@ -95,9 +95,22 @@ the sandbox: credentials are hidden, .git hooks and config, shell rc and
 policy files are read-only; 'moat policy explain' shows what the kernel
 enforces and what only the policy engine does.
 
-Exit codes: the command's own code; 128+N if a signal N ended it; 137 with
-exit_reason "oom" when the memory limit was hit; 124 on timeout (the whole
-process tree is killed, after a 2 s grace for SIGTERM); 125 if the sandbox
+Signals: SIGTERM, SIGINT, SIGHUP or SIGQUIT sent to moat is forwarded to
+the command's process group; if the command has not ended within the kill
+grace (kill_grace in the config, default 2 s, as for --timeout), or a
+second such signal comes, the whole sandbox is killed (every process of
+it, children in sessions of their own included) and moat exits 128+N, N
+being the signal it got (143 for SIGTERM, 130 SIGINT, 129 SIGHUP), with
+exit_reason "killed". A command that ends by itself meanwhile gives its
+own code. Under -t, ^C reaches the command through its terminal (the
+sandbox's pty), not as a signal to moat.
+
+Exit codes: the command's own code; 128+N if a signal N ended it, or moat
+got signal N and the command outlived the grace; 137 with exit_reason
+"oom" when the memory limit was hit (the JSON's oom_kills counts every
+process the OOM killer ended, a child the command survived too); 124 on
+timeout (the whole process tree is killed, after the kill grace for
+SIGTERM); 125 if the sandbox
 could not be set up (bad flag, bad path or limit, host lacking a
 protection, command line over 1 MiB, a bind the policy refuses); 126 if
 the command is not executable or the policy denied it (exit_reason
@@ -129,7 +142,7 @@ func runCommand() *command {
 			fl.DurationVar(&f.timeout, "timeout", 0, "kill the whole process tree after `DURATION` (exit 124); 0 means none")
 			fl.BoolVar(&f.json, "json", false, "capture output and print one JSON result object instead of streaming")
 			fl.StringVar(&f.sh, "sh", "", "run `STRING` with /bin/sh -c inside the sandbox")
-			fl.StringVar(&f.memory, "memory", "", "memory limit `SIZE` (e.g. 512m, 2GiB); swap is off; past it the OOM killer ends the call (exit 137, exit_reason oom)")
+			fl.StringVar(&f.memory, "memory", "", "memory limit `SIZE` (e.g. 512m, 2GiB); swap is off; past it the OOM killer ends the call (exit 137, exit_reason oom); oom_kills in --json counts every process it killed")
 			fl.Float64Var(&f.cpus, "cpus", 0, "CPU quota in `CPUS` (e.g. 0.5)")
 			fl.Int64Var(&f.pids, "pids", 0, "maximum number of processes and threads `N`")
 			fl.StringVar(&f.disk, "disk", "", "`SIZE` of the one tmpfs behind /tmp, home, /dev/shm and an in-memory workspace (writes past it get ENOSPC)")
@@ -273,10 +286,9 @@ func runRun(ctx context.Context, f *runFlags, args []string) error {
 		return err
 	}
 	defer netw.close()
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
-	defer signal.Stop(sigs)
-	proc.Signals = sigs
+	// From here on SIGTERM, SIGINT, SIGHUP and SIGQUIT go to the command.
+	ctx, sw := watchSignals(ctx, proc, defaults.KillGrace)
+	defer sw.stop()
 
 	rt, err := linux.New(linux.WithDefaults(defaults.Limits), linux.WithKillGrace(defaults.KillGrace))
 	if err != nil {
@@ -291,7 +303,18 @@ func runRun(ctx context.Context, f *runFlags, args []string) error {
 		defer cancel()
 	}
 	res, err := rt.Run(ctx, spec, proc)
+	sw.stop()
 	netw.close()
+	if sig, killed := sw.outcome(res); killed {
+		// moat got a signal and the command outlived the grace: the
+		// run ends as that signal would have ended moat.
+		err = nil
+		if res == nil {
+			res = &sandbox.Result{TimeToFirstOutputMs: -1}
+		}
+		res.ExitCode, res.ExitReason, res.Signal = sandbox.ExitSignalBase+int(sig), sandbox.ReasonKilled, 0
+		res.Error = fmt.Sprintf("got %s; the command did not exit within the %s grace; the process tree was killed", signalName(sig), defaults.KillGrace)
+	}
 	if res != nil {
 		res.Error = red.RedactString(res.Error)
 	}

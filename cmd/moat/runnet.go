@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"sync"
 
@@ -104,7 +105,10 @@ func networkSetup(f *runFlags, spec *sandbox.Spec, eff *policy.Effective, defaul
 				// The question shows the host with the secrets redacted.
 				d.Request.Host, d.Host, d.Reason = red.RedactString(d.Request.Host), red.RedactString(d.Host), red.RedactString(d.Reason)
 				eff, how := askTerminal(d.Request, d, f.approvalTimeout)
-				return eff == policy.Allow, how
+				return eff == policy.Allow, terminalAnswer[how]
+			},
+			InternalHint: func(addr string) string {
+				return "--allow-domain " + addr + " (or a range holding it, such as " + internalRange(addr) + ") admits it"
 			},
 		})
 		n.Proxy = fmt.Sprintf("127.0.0.1:%d", sandbox.ProxyPort)
@@ -114,6 +118,29 @@ func networkSetup(f *runFlags, spec *sandbox.Spec, eff *policy.Effective, defaul
 		spec.Network.Egress = n.endpoint
 	}
 	return n, nil
+}
+
+// terminalAnswer says how askTerminal's answer went, completing a proxy
+// decision's reason.
+var terminalAnswer = map[string]string{
+	"terminal":    "allowed on the terminal",
+	"refused":     "refused on the terminal: denied",
+	"timeout":     "no answer on the terminal in time: denied",
+	"no terminal": "no terminal to ask on: denied",
+}
+
+// internalRange is an example CIDR holding the internal address addr.
+func internalRange(addr string) string {
+	a, err := netip.ParseAddr(addr)
+	if err != nil {
+		return "10.0.0.0/8"
+	}
+	bits := 8
+	if a.Is6() {
+		bits = 64
+	}
+	p, _ := a.Prefix(bits)
+	return p.String()
 }
 
 // netDenyRules turns --deny-domain entries into per-call deny rules.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"iter"
-	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -38,18 +37,28 @@ Commands:
   ls       List sandboxes
   exec     Run a command in a sandbox and stream its output
   start    Start a command in the background and print its process id
-  ps       List a sandbox's processes
+  ps       List a sandbox's background processes
   logs     Print the output of a background process
+  stdin    Send data to a background process's standard input, or close it
+  signal   Send a signal to a background process
+  wait     Wait for a background process to end and exit with its code
+  kill     Kill a background process (SIGKILL)
   cp       Copy a file or directory between the host and a sandbox
   snapshot Capture a sandbox's filesystem into a snapshot and print its id
   restore  Roll a sandbox back to a snapshot
+  network  Set a running sandbox's network mode and allowlist
   rm       Delete sandboxes
 
-Run 'moat sandbox COMMAND --help' for a command's flags. Snapshots are
-listed, deleted and forked into new sandboxes with 'moat snapshot'.
+Run 'moat sandbox COMMAND --help' for a command's flags; flags may also
+follow the arguments (after --, words belong to the command line of exec
+and start). Snapshots are listed, deleted and forked into new sandboxes
+with 'moat snapshot'; 'moat audit' lists the calls made.
 
-Connection: MOAT_URL (default http://127.0.0.1:7070) and the API token
-MOAT_TOKEN, or the file MOAT_TOKEN_FILE (default /var/lib/moat/token).
+Connection: MOAT_URL (default http://127.0.0.1:7070) and the API token:
+MOAT_TOKEN, else the file MOAT_TOKEN_FILE, else <MOAT_DATA>/token (MOAT_DATA
+naming the daemon's data directory), else /var/lib/moat/token. Every
+command that talks to the daemon (sandbox, snapshot, audit, approvals)
+finds it this way.
 MOAT_MODE=stdio is refused: a private daemon would end, and delete its
 sandboxes, when this command ends.
 
@@ -60,10 +69,12 @@ holds waits until an approver answers ('moat approvals'); exec says so on
 stderr.
 
 Exit codes: exec returns the command's own code (as 'moat run' does: 124
-timeout, 126, 127, 128+N…); exec and start exit 126 with the reason on
-stderr when the policy denies the command (or its approval was denied or
-expired); 125 when the daemon cannot be reached or refuses the request;
-130 when interrupted; otherwise 0.`
+timeout, 126, 127, 128+N…; 124 too when the sandbox reaches its maximum
+age during the command, exit_reason sandbox_timeout in --json); exec and
+start exit 126 with the reason on stderr when the policy denies the
+command (or its approval was denied or expired); 125 when the daemon
+cannot be reached or refuses the request; 130 when interrupted; otherwise
+0.`
 
 // sandboxIO is what the sandbox commands read and write.
 type sandboxIO struct {
@@ -79,6 +90,8 @@ func sandboxCommand() *command {
 		short: "Manage the sandboxes of a running daemon (create, exec, cp…)",
 		long:  sandboxLong,
 		setup: func(*pflag.FlagSet) {},
+		// The rest, flags included, is the subcommand's.
+		flagsFirst: true,
 		run: func(ctx context.Context, args []string) error {
 			return runSandbox(ctx, args, sandboxIO{os.Stdin, os.Stdout, os.Stderr})
 		},
@@ -86,61 +99,15 @@ func sandboxCommand() *command {
 }
 
 // sandboxSubcommands are the commands of `moat sandbox`, reading and
-// writing sio. Those with interspersed set take the command line of exec
-// and start after --.
+// writing sio. exec and start take their command line after --.
 func sandboxSubcommands(sio sandboxIO) []*command {
-	return []*command{sbCreate(sio), sbList(sio), sbExec(sio), sbStart(sio), sbPs(sio), sbLogs(sio), sbCopy(sio), sbSnapshot(sio), sbRestore(sio), sbRemove(sio)}
+	return []*command{sbCreate(sio), sbList(sio), sbExec(sio), sbStart(sio), sbPs(sio), sbLogs(sio), sbStdin(sio), sbSignal(sio), sbWait(sio), sbKill(sio), sbCopy(sio), sbSnapshot(sio), sbRestore(sio), sbNetwork(sio), sbRemove(sio)}
 }
 
 // runSandbox dispatches `moat sandbox COMMAND ARGS...`.
 func runSandbox(ctx context.Context, args []string, sio sandboxIO) error {
-	if len(args) == 0 {
-		return usageError("no command (see 'moat sandbox --help')")
-	}
-	if args[0] == "help" {
-		if len(args) == 1 {
-			fmt.Fprintf(sio.stdout, "%s\n", sandboxLong)
-			return nil
-		}
-		args = []string{args[1], "--help"}
-	}
-	var sub *command
-	for _, s := range sandboxSubcommands(sio) {
-		if s.name == args[0] {
-			sub = s
-		}
-	}
-	if sub == nil {
-		return usageError("unknown command %q (see 'moat sandbox --help')", args[0])
-	}
-	fl := pflag.NewFlagSet("moat sandbox "+sub.name, pflag.ContinueOnError)
-	fl.SetInterspersed(sub.interspersed)
-	fl.SetOutput(io.Discard)
-	sub.setup(fl)
-	if err := fl.Parse(args[1:]); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			fmt.Fprintf(sio.stdout, "%s\n\nUsage:\n  moat sandbox %s %s\n", strings.TrimSpace(sub.long), sub.name, sub.usage)
-			if u := fl.FlagUsages(); u != "" {
-				fmt.Fprintf(sio.stdout, "\nFlags:\n%s", u)
-			}
-			return nil
-		}
-		hint := ""
-		if sub.name == "exec" || sub.name == "start" {
-			hint = "; a command line with flags of its own goes after --"
-		}
-		return usageError("%s: %v (see 'moat sandbox %s --help'%s)", sub.name, err, sub.name, hint)
-	}
-	err := sub.run(ctx, fl.Args())
-	var opErr *net.OpError
-	if errors.As(err, &opErr) && opErr.Op == "dial" {
-		u := os.Getenv("MOAT_URL")
-		if u == "" {
-			u = client.DefaultURL
-		}
-		return fmt.Errorf("%w (is 'moat serve' running at %s? set MOAT_URL)", err, u)
-	}
-	return err
+	_, err := dispatch(ctx, "sandbox", sandboxLong, sandboxSubcommands(sio), args, sio)
+	return daemonHint(err)
 }
 
 // withClient calls fn with a client of the daemon named by the
@@ -149,7 +116,7 @@ func withClient(fn func(c *client.Client) error) error {
 	if m := os.Getenv("MOAT_MODE"); m != "" && m != client.ModeHTTP {
 		return usageError("MOAT_MODE=%s: 'moat sandbox' talks to a running daemon over HTTP (MOAT_URL, MOAT_TOKEN)", m)
 	}
-	c, err := client.New(client.WithHTTPFromEnv())
+	c, err := daemonClient()
 	if err != nil {
 		return err
 	}
@@ -237,6 +204,7 @@ type createFlags struct {
 	hostname       string
 	labels, ro, rw []string
 	rules          ruleFlags
+	net            netFlags
 }
 
 func (c *createFlags) declare(fl *pflag.FlagSet) {
@@ -253,6 +221,7 @@ func (c *createFlags) declare(fl *pflag.FlagSet) {
 	fl.StringVar(&c.hostname, "hostname", "", "the sandbox's host `NAME`")
 	fl.StringArrayVarP(&c.labels, "label", "l", nil, "label the sandbox `KEY=VALUE` (repeatable)")
 	c.rules.declare(fl, "every call of the sandbox")
+	c.net.declare(fl, true)
 }
 
 // request builds the create request the flags describe.
@@ -263,6 +232,9 @@ func (c *createFlags) request() (api.CreateSandbox, error) {
 		return api.CreateSandbox{}, err
 	}
 	req := api.CreateSandbox{Hostname: c.hostname, Limits: limits, Policy: c.rules.callRules()}
+	if req.Network, err = c.net.request(); err != nil {
+		return req, err
+	}
 	if req.TimeoutMs, err = durationMs("timeout", c.timeout); err != nil {
 		return req, err
 	}
@@ -312,7 +284,13 @@ Limits default to the template's, then to the daemon's configuration;
 when its operator allows them. --template chooses the root filesystem
 ("host" by default: the host's system directories; 'moat template ls'
 lists the others); --snapshot starts the sandbox from one of your
-snapshots instead (with its template).`,
+snapshots instead (with its template).
+
+--net proxy gives the sandbox the daemon's egress proxy as its only way
+out, admitting what --allow-domain names and the policy files allow
+(an IP or CIDR entry only inside the managed policy's
+allow_cidr_entries); entries a deny rule of the policy covers are
+printed as dropped. 'moat sandbox network' changes it later.`,
 		setup: func(fl *pflag.FlagSet) {
 			cf.declare(fl)
 			fl.StringVar(&template, "template", "", "create the sandbox from template `NAME` (default host)")
@@ -332,6 +310,11 @@ snapshots instead (with its template).`,
 				sb, err := c.CreateSandbox(ctx, req)
 				if err != nil {
 					return err
+				}
+				if n := sb.Snapshot().Network; n != nil {
+					for _, d := range n.Dropped {
+						fmt.Fprintf(sio.stderr, "moat: network: dropped %s: %s\n", display.String(d.Entry), display.String(d.Reason))
+					}
 				}
 				return printMade(sio.stdout, asJSON, sb.ID(), sb.Snapshot())
 			})
@@ -527,12 +510,11 @@ Examples:
 func sbExec(sio sandboxIO) *command {
 	var f execFlags
 	return &command{
-		name:         "exec",
-		usage:        "[flags] SANDBOX -- COMMAND [ARG...]   |   moat sandbox exec [flags] SANDBOX --sh 'STRING'",
-		short:        "Run a command in a sandbox and stream its output",
-		long:         execLong,
-		setup:        func(fl *pflag.FlagSet) { f.declare(fl, true) },
-		interspersed: true,
+		name:  "exec",
+		usage: "[flags] SANDBOX -- COMMAND [ARG...]   |   moat sandbox exec [flags] SANDBOX --sh 'STRING'",
+		short: "Run a command in a sandbox and stream its output",
+		long:  execLong,
+		setup: func(fl *pflag.FlagSet) { f.declare(fl, true) },
 		run: func(ctx context.Context, args []string) error {
 			err := runExec(ctx, sio, &f, args)
 			var ee *exitError
@@ -656,8 +638,7 @@ func sbStart(sio sandboxIO) *command {
 		short: "Start a command in the background and print its process id",
 		long: `Start a command in a sandbox in the background and print its process id;
 read its output with 'moat sandbox logs SANDBOX ID'.`,
-		setup:        func(fl *pflag.FlagSet) { f.declare(fl, false) },
-		interspersed: true,
+		setup: func(fl *pflag.FlagSet) { f.declare(fl, false) },
 		run: func(ctx context.Context, args []string) error {
 			id, req, err := f.request("start", args, sio.stdin)
 			if err != nil {
@@ -683,8 +664,11 @@ func sbPs(sio sandboxIO) *command {
 	return &command{
 		name:  "ps",
 		usage: "[--json] SANDBOX",
-		short: "List a sandbox's processes",
-		long:  "List the processes started in a sandbox (exec and start), running or ended.",
+		short: "List a sandbox's background processes",
+		long: `List the background processes of a sandbox, those started with
+'moat sandbox start', running or ended, that the daemon still keeps.
+Commands run with 'moat sandbox exec' are not kept as processes:
+'moat audit --sandbox SANDBOX --kind process.exec' lists them.`,
 		setup: func(fl *pflag.FlagSet) {
 			fl.BoolVar(&asJSON, "json", false, "print the list as JSON")
 		},
@@ -714,19 +698,25 @@ func sbPs(sio sandboxIO) *command {
 }
 
 func sbLogs(sio sandboxIO) *command {
-	var follow bool
+	var follow, asJSON bool
 	var after uint64
 	return &command{
 		name:  "logs",
-		usage: "[--follow] [--after N] SANDBOX PROCESS",
+		usage: "[--follow] [--after N] [--json] SANDBOX PROCESS",
 		short: "Print the output of a background process",
 		long: `Print the output a background process wrote (as much as the daemon still
-holds) to stdout and stderr; with --follow, go on until it ends.`,
+holds) to stdout and stderr; with --follow, go on until it ends.
+
+With --json, print the daemon's events instead, one JSON object a line
+(NDJSON, as process.output sends them): seq, type (stdout, stderr, lost,
+exit), process, text (or data, base64, for output that is not UTF-8),
+lost_bytes, and the exit event's result. --after N resumes after the
+event whose seq is N.`,
 		setup: func(fl *pflag.FlagSet) {
 			fl.BoolVarP(&follow, "follow", "f", false, "wait for more output until the process ends")
 			fl.Uint64Var(&after, "after", 0, "start after the event with sequence number `N`")
+			fl.BoolVar(&asJSON, "json", false, "print the events as JSON, one a line")
 		},
-		interspersed: true,
 		run: func(ctx context.Context, args []string) error {
 			if len(args) != 2 {
 				return usageError("logs takes a sandbox id and a process id")
@@ -738,7 +728,13 @@ holds) to stdout and stderr; with --follow, go on until it ends.`,
 			return withClient(func(c *client.Client) error {
 				ctx, stop := interruptible(ctx)
 				defer stop()
-				_, err := copyOutput(sio, c.Sandbox(args[0]).Process(pid).Output(ctx, after, follow), "moat: earlier output was dropped from the daemon's buffer")
+				events := c.Sandbox(args[0]).Process(pid).Output(ctx, after, follow)
+				var err error
+				if asJSON {
+					err = printEvents(sio.stdout, events)
+				} else {
+					_, err = copyOutput(sio, events, "moat: earlier output was dropped from the daemon's buffer")
+				}
 				if err != nil && ctx.Err() != nil {
 					return &exitError{code: exitInterrupted}
 				}
@@ -748,26 +744,49 @@ holds) to stdout and stderr; with --follow, go on until it ends.`,
 	}
 }
 
+// printEvents writes each event of events as one line of JSON, until the
+// stream ends or fails.
+func printEvents(w io.Writer, events iter.Seq2[api.Event, error]) error {
+	for ev, err := range events {
+		if err != nil {
+			return err
+		}
+		if err := printJSONLine(w, ev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func sbRemove(sio sandboxIO) *command {
+	var asJSON bool
 	return &command{
 		name:  "rm",
-		usage: "SANDBOX...",
+		usage: "[--json] SANDBOX...",
 		short: "Delete sandboxes",
-		long:  "Kill every process of each sandbox named and remove it; print each id deleted.",
-		setup: func(*pflag.FlagSet) {},
+		long: `Kill every process of each sandbox named and remove it; print each id
+deleted. With --json, print one object instead: {"removed": [ids],
+"failed": [{"id", "code", "error"}]} (the reasons are on stderr too).`,
+		setup: func(fl *pflag.FlagSet) {
+			fl.BoolVar(&asJSON, "json", false, "print what was removed and what was not as one JSON object")
+		},
 		run: func(ctx context.Context, args []string) error {
 			if len(args) == 0 {
 				return usageError("rm takes one or more sandbox ids")
 			}
 			return withClient(func(c *client.Client) error {
 				failed := false
+				r := newRemoval()
 				for _, id := range args {
-					if err := c.Sandbox(id).Delete(ctx); err != nil {
+					err := c.Sandbox(id).Delete(ctx)
+					r.done(sio.stdout, asJSON, id, client.Code(err), err)
+					if err != nil {
 						fmt.Fprintf(sio.stderr, "moat sandbox rm: %s: %s\n", display.String(id), display.String(err.Error()))
 						failed = true
-						continue
 					}
-					fmt.Fprintln(sio.stdout, id)
+				}
+				if err := r.print(sio.stdout, asJSON); err != nil {
+					return err
 				}
 				if failed {
 					return &exitError{code: sandbox.ExitSetupFailed}

@@ -83,7 +83,7 @@ func TestSandboxCLIUsage(t *testing.T) {
 		t.Fatalf("exec --help (%d):\n%s", code, out)
 	}
 	out, _, code = sbRun(t, "", "help", "cp")
-	if code != 0 || !strings.Contains(out, "moat sandbox cp SRC DST") {
+	if code != 0 || !strings.Contains(out, "moat sandbox cp [--json] SRC DST") {
 		t.Fatalf("help cp (%d):\n%s", code, out)
 	}
 	for _, args := range [][]string{{}, {"bogus"}, {"exec", "sb"}, {"exec", "sb", "ls", "-la"}, {"logs", "sb", "x"}, {"cp", "a", "b"}, {"create", "--memory", "lots"}} {

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -44,6 +47,7 @@ type serveFlags struct {
 	maxSandboxes   int
 	maxPerTenant   int
 	logLevel       string
+	logStderr      bool
 	store          string
 
 	home            string
@@ -68,9 +72,18 @@ tokens (one "TENANT TOKEN [ROLE]" per line, mode 0600; reloaded on SIGHUP),
 token (the "default" tenant's token, created on first start, for local
 clients: MOAT_TOKEN_FILE) and approver-token (an approver token of tenant
 "default", created with it: the role approver may answer approvals, so
-give it to the person who approves, never to an agent). A --stdio daemon
-uses a data directory of its own under ` + defaultDataDir + `/stdio/ unless
---data is given; its peer (the program that started it) may answer
+give it to the person who approves, never to an agent). The log goes to
+stderr.
+
+A --stdio daemon without --data uses a fresh data directory of its own
+under ` + defaultDataDir + `/stdio/ (named PID-STARTTIME) and removes it
+when it exits; one killed outright (SIGKILL) leaves it to the next --stdio
+daemon to start, which removes the directories of daemons no longer
+running. Its log goes to ` + stdioLogFile + ` in its data directory (so it
+is gone with it, unless --data is given), never to stderr, which belongs
+to the program that started it: --log-stderr or MOAT_LOG_STDERR=1 send it
+there. Its input ending (the program that started it exited or was
+killed) stops it like SIGTERM. Its peer (that program) may answer
 approvals.
 
 Templates and snapshots live in the store (--store, default the config's
@@ -127,7 +140,8 @@ func serveCommand() *command {
 			fl.DurationVar(&f.idleTimeout, "idle-timeout", server.DefaultIdleTimeout, "idle timeout of a sandbox created without idle_timeout_ms")
 			fl.IntVar(&f.maxSandboxes, "max-sandboxes", server.DefaultMaxSandboxes, "running sandboxes allowed on this daemon")
 			fl.IntVar(&f.maxPerTenant, "max-per-tenant", server.DefaultMaxPerTenant, "running sandboxes allowed per tenant")
-			fl.StringVar(&f.logLevel, "log-level", "info", "log `LEVEL` on stderr: debug, info, warn, error")
+			fl.StringVar(&f.logLevel, "log-level", "info", "log `LEVEL`: debug, info, warn, error")
+			fl.BoolVar(&f.logStderr, "log-stderr", false, "with --stdio, log on stderr (also MOAT_LOG_STDERR=1) instead of to "+stdioLogFile+" in the data directory")
 			fl.StringVar(&f.home, "home", "", "what ~ means in policies, `DIR` (default $HOME)")
 			fl.StringVar(&f.policyManaged, "policy-managed", "", "the managed policy `FILE` (default /etc/moat/policy.toml)")
 			fl.StringVar(&f.policyUser, "policy-user", "", "the user policy `FILE` (default <home>/.config/moat/policy.toml)")
@@ -180,10 +194,6 @@ func runServe(ctx context.Context, f *serveFlags, args []string) error {
 	if os.Getenv("MOAT_LOG") == "debug" {
 		level = slog.LevelDebug
 	}
-	// The text handler quotes and escapes every value with a control,
-	// bidi or other non-printable character; capLogValue bounds what a
-	// sandbox's strings (hosts, paths, errors) can add to a line.
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level, ReplaceAttr: capLogValue}))
 	defaults, err := config.Load(f.config)
 	if err != nil {
 		return err
@@ -207,11 +217,34 @@ func runServe(ctx context.Context, f *serveFlags, args []string) error {
 	if dataDir == "" {
 		dataDir = defaultDataDir
 		if f.stdio {
-			dataDir = filepath.Join(defaultDataDir, "stdio", fmt.Sprintf("%s-%d", time.Now().UTC().Format("20060102T150405"), os.Getpid()))
+			if dataDir, err = stdioDataDir(filepath.Join(defaultDataDir, "stdio")); err != nil {
+				return fmt.Errorf("data directory: %w", err)
+			}
+			// Deferred first, so it runs last: after the sandboxes
+			// have ended and the store and the tape are closed.
+			defer os.RemoveAll(dataDir)
 		}
 	}
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return fmt.Errorf("data directory: %w", err)
+	}
+	// A --stdio daemon's stderr is its peer's (an SDK program's): its log
+	// goes to serve.log in its data directory unless asked for there.
+	logW := io.Writer(os.Stderr)
+	if f.stdio && !f.logStderr && os.Getenv("MOAT_LOG_STDERR") != "1" {
+		lf, err := os.OpenFile(filepath.Join(dataDir, stdioLogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			return fmt.Errorf("log file: %w", err)
+		}
+		defer lf.Close()
+		logW = lf
+	}
+	// The text handler quotes and escapes every value with a control,
+	// bidi or other non-printable character; capLogValue bounds what a
+	// sandbox's strings (hosts, paths, errors) can add to a line.
+	log := slog.New(slog.NewTextHandler(logW, &slog.HandlerOptions{Level: level, ReplaceAttr: capLogValue}))
+	if f.stdio {
+		slog.SetDefault(log)
 	}
 	fi, err := os.Stat(dataDir)
 	if err != nil {
@@ -436,4 +469,81 @@ func capLogValue(_ []string, a slog.Attr) slog.Attr {
 		}
 	}
 	return a
+}
+
+// stdioLogFile is the log of a --stdio daemon, in its data directory.
+const stdioLogFile = "serve.log"
+
+// stdioDataDir makes a fresh private data directory under root for a
+// --stdio daemon without --data, named PID-STARTTIME (the start time of
+// /proc/PID/stat, so a reused pid is told apart), after removing those of
+// --stdio daemons that are no longer running: killed outright, they could
+// not remove their own.
+func stdioDataDir(root string) (string, error) {
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return "", err
+	}
+	if ents, err := os.ReadDir(root); err == nil {
+		for _, e := range ents {
+			if e.IsDir() && !stdioOwnerAlive(e.Name()) {
+				_ = os.RemoveAll(filepath.Join(root, e.Name()))
+			}
+		}
+	}
+	start, err := procStartTime(os.Getpid())
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(root, fmt.Sprintf("%d-%s", os.Getpid(), start))
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// stdioOwnerAlive reports whether the daemon that made the directory
+// name of stdioDataDir still runs (true for a name it did not make).
+// Earlier versions named it YYYYMMDDTHHMMSS-PID.
+func stdioOwnerAlive(name string) bool {
+	a, b, ok := strings.Cut(name, "-")
+	if !ok {
+		return true
+	}
+	if strings.Contains(a, "T") {
+		pid, err := strconv.Atoi(b)
+		if err != nil || pid <= 0 {
+			return true
+		}
+		_, err = os.Stat(fmt.Sprintf("/proc/%d", pid))
+		return !errors.Is(err, fs.ErrNotExist)
+	}
+	pid, err := strconv.Atoi(a)
+	if err != nil || pid <= 0 {
+		return true
+	}
+	start, err := procStartTime(pid)
+	if err != nil {
+		return !errors.Is(err, fs.ErrNotExist)
+	}
+	return start == b
+}
+
+// procStartTime returns field 22 of /proc/PID/stat: when the process
+// started, in clock ticks since boot.
+func procStartTime(pid int) (string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return "", err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return "", fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[0] is field 3 (state); field 22 is f[19].
+	if len(f) < 20 {
+		return "", fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	return f[19], nil
 }

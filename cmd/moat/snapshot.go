@@ -31,8 +31,8 @@ back with 'moat sandbox restore SANDBOX SNAPSHOT'; start one sandbox from a
 snapshot with 'moat sandbox create --snapshot ID'.
 
 Connection: as for 'moat sandbox': MOAT_URL (default
-http://127.0.0.1:7070) and the API token MOAT_TOKEN, or the file
-MOAT_TOKEN_FILE (default /var/lib/moat/token).
+http://127.0.0.1:7070) and the API token MOAT_TOKEN, else the file
+MOAT_TOKEN_FILE, else <MOAT_DATA>/token, else /var/lib/moat/token.
 
 Exit codes: 0 done; 1 no such snapshot, or it is in use (another snapshot
 is layered on it, or a live sandbox runs from it); 125 when the daemon
@@ -46,6 +46,8 @@ func snapshotCommand() *command {
 		short: "List, delete and fork the snapshots of a running daemon",
 		long:  snapshotLong,
 		setup: func(*pflag.FlagSet) {},
+		// The rest, flags included, is the subcommand's.
+		flagsFirst: true,
 		run: func(ctx context.Context, args []string) error {
 			return runSnapshot(ctx, args, sandboxIO{os.Stdin, os.Stdout, os.Stderr})
 		},
@@ -194,24 +196,30 @@ func orDash(s string) string {
 }
 
 func snapRemove(sio sandboxIO) *command {
+	var asJSON bool
 	return &command{
 		name:  "rm",
-		usage: "SNAPSHOT...",
+		usage: "[--json] SNAPSHOT...",
 		short: "Delete snapshots",
 		long: `Delete each snapshot named; print each id deleted. A snapshot another
 snapshot is layered on, or that a live sandbox runs from, is kept (exit
-1): delete the later snapshots or end the sandboxes first.`,
-		setup: func(*pflag.FlagSet) {},
+1): delete the later snapshots or end the sandboxes first. With --json,
+print one object instead: {"removed": [ids], "failed": [{"id", "code",
+"error"}]} (the reasons are on stderr too).`,
+		setup: func(fl *pflag.FlagSet) {
+			fl.BoolVar(&asJSON, "json", false, "print what was removed and what was not as one JSON object")
+		},
 		run: func(ctx context.Context, args []string) error {
 			if len(args) == 0 {
 				return usageError("rm takes one or more snapshot ids")
 			}
 			return withClient(func(c *client.Client) error {
 				code := 0
+				r := newRemoval()
 				for _, id := range args {
 					err := c.DeleteSnapshot(ctx, id)
+					r.done(sio.stdout, asJSON, id, client.Code(err), err)
 					if err == nil {
-						fmt.Fprintln(sio.stdout, id)
 						continue
 					}
 					if snapshotRefused(err) {
@@ -220,6 +228,9 @@ snapshot is layered on, or that a live sandbox runs from, is kept (exit
 						code = sandbox.ExitSetupFailed
 					}
 					fmt.Fprintf(sio.stderr, "moat snapshot rm: %s: %s\n", display.String(id), display.String(daemonHint(err).Error()))
+				}
+				if err := r.print(sio.stdout, asJSON); err != nil {
+					return err
 				}
 				if code != 0 {
 					return &exitError{code: code}

@@ -39,7 +39,15 @@ commands share; changing it needs root. What a template holds is treated
 as untrusted: device nodes, fifos and sockets are left out, setuid and
 setgid bits stripped, extended attributes dropped, and file owners kept
 as the sandbox's own ids (0 is the sandbox's root, 1000 its user).
-Processes always run as the sandbox user, whatever an image says.
+Processes always run as the sandbox user (uid 1000, no capabilities),
+whatever an image says; in a sandbox of an imported template the
+template's user (the image's User, or --user; root when neither names
+one) and the sandbox user trade places in the template's files, so the
+command can write wherever that user could (an image's WORKDIR,
+/usr/local: pip install, npm install -g), into the sandbox's private
+writable layer, gone with the sandbox. /dev, /proc, read-only binds and
+restricted paths stay unwritable, and nothing can be created directly in
+/. The host template's system directories stay read-only.
 
 Exit codes: 0 done; 1 no such template, a template of that name exists
 already, or it is in use (a snapshot of it, a live sandbox); 125 when the
@@ -54,6 +62,8 @@ func templateCommand() *command {
 		short: "Import, list and remove the templates sandboxes start from",
 		long:  templateLong,
 		setup: func(*pflag.FlagSet) {},
+		// The rest, flags included, is the subcommand's.
+		flagsFirst: true,
 		run: func(ctx context.Context, args []string) error {
 			return runTemplate(ctx, args, sandboxIO{os.Stdin, os.Stdout, os.Stderr})
 		},
@@ -138,7 +148,11 @@ const tmplImportLong = `Import a root filesystem as a template.
 NAME is lower-case letters, digits and ".-_" (at most 63 bytes, not
 "host"). --env, --workdir and the limit flags set the defaults of every
 sandbox made from the template (a sandbox's own settings win; --env
-entries come after an image's). The template appears only once it is
+entries come after an image's). --user (USER[:GROUP], names or ids, as an
+image's User) names the template's user instead of the image's (a
+directory's is root); it must be in the tree's /etc/passwd (and
+/etc/group) unless numeric. Processes run as uid 1000, which owns in the
+sandbox what that user owns in the template (see 'moat template --help'). The template appears only once it is
 complete: an interrupted or refused import leaves nothing usable.
 
 Prints the template (with --json, its whole description); what was left
@@ -153,6 +167,7 @@ func tmplImport(sio sandboxIO) *command {
 		ref     string
 		env     []string
 		workdir string
+		user    string
 		asJSON  bool
 	)
 	return &command{
@@ -165,6 +180,7 @@ func tmplImport(sio sandboxIO) *command {
 			fl.StringVar(&ref, "ref", "", "with --oci, the image `REF` to import (tag or digest) when the source holds several")
 			fl.StringArrayVarP(&env, "env", "e", nil, "default `K=V` of the template's sandboxes (repeatable)")
 			fl.StringVar(&workdir, "workdir", "", "default working `DIR` of the template's processes (absolute; default the image's, else /workspace)")
+			fl.StringVar(&user, "user", "", "the template's `USER[:GROUP]`, whose files the sandbox user owns (default the image's, else root)")
 			fl.StringVar(&lim.memory, "memory", "", "default memory limit `SIZE` of the template's sandboxes (e.g. 512m)")
 			fl.Float64Var(&lim.cpus, "cpus", 0, "default CPU quota in `CPUS`")
 			fl.Int64Var(&lim.pids, "pids", 0, "default maximum number of processes and threads `N`")
@@ -173,7 +189,7 @@ func tmplImport(sio sandboxIO) *command {
 			st.declare(fl)
 		},
 		run: func(ctx context.Context, args []string) error {
-			req := rootfs.ImportRequest{Kind: rootfs.SourceDir, Env: env, Workdir: workdir}
+			req := rootfs.ImportRequest{Kind: rootfs.SourceDir, Env: env, Workdir: workdir, User: user}
 			switch {
 			case oci != "" && len(args) == 1:
 				req.Name, req.Kind, req.Path, req.Ref = args[0], rootfs.SourceOCI, oci, ref
@@ -223,7 +239,8 @@ func tmplImport(sio sandboxIO) *command {
 				if ctx.Err() != nil {
 					return &exitError{code: exitInterrupted}
 				}
-				return err
+				// "import SRC: …" says what failed already.
+				return subNamed{err}
 			}
 			warnImport(sio.stderr, t)
 			if asJSON {
@@ -250,9 +267,6 @@ func warnImport(w io.Writer, t *rootfs.Template) {
 	if t.StrippedSetid > 0 {
 		fmt.Fprintf(w, "moat template import: warning: removed the setuid/setgid bits of %d files\n", t.StrippedSetid)
 	}
-	if t.ImageUser != "" {
-		fmt.Fprintf(w, "moat template import: warning: the image's user \"%s\" is not used: processes run as the sandbox user (uid 1000)\n", display.String(t.ImageUser))
-	}
 }
 
 // printTemplate writes a template's description, one field a line; what
@@ -267,6 +281,11 @@ func printTemplate(w io.Writer, t *rootfs.Template) error {
 	if t.Workdir != "" {
 		fmt.Fprintf(w, "workdir:  %s\n", d(t.Workdir))
 	}
+	user := t.ImageUser
+	if user == "" {
+		user = "root"
+	}
+	fmt.Fprintf(w, "user:     %s (its files are the sandbox user's, uid 1000)\n", d(user))
 	for _, e := range t.Env {
 		fmt.Fprintf(w, "env:      %s\n", d(e))
 	}
@@ -338,16 +357,24 @@ func tmplList(sio sandboxIO) *command {
 }
 
 func tmplRemove(sio sandboxIO) *command {
-	var st storeFlags
+	var (
+		st     storeFlags
+		asJSON bool
+	)
 	return &command{
 		name:  "rm",
-		usage: "NAME...",
+		usage: "[--json] NAME...",
 		short: "Remove templates",
 		long: `Remove each template named, and its layer unless another template shares it;
 print each name removed. A template is kept (exit 1) while a snapshot was
 taken from it ('moat snapshot rm' those first) or a live sandbox uses it.
-The built-in "host" template cannot be removed.`,
-		setup: func(fl *pflag.FlagSet) { st.declare(fl) },
+The built-in "host" template cannot be removed. With --json, print one
+object instead: {"removed": [names], "failed": [{"id", "code", "error"}]}
+(the reasons are on stderr too).`,
+		setup: func(fl *pflag.FlagSet) {
+			fl.BoolVar(&asJSON, "json", false, "print what was removed and what was not as one JSON object")
+			st.declare(fl)
+		},
 		run: func(ctx context.Context, args []string) error {
 			if len(args) == 0 {
 				return usageError("rm takes one or more template names")
@@ -360,10 +387,11 @@ The built-in "host" template cannot be removed.`,
 				return err
 			}
 			code := 0
+			r := newRemoval()
 			for _, name := range args {
 				err := store.RemoveTemplate(name)
+				r.done(sio.stdout, asJSON, name, storeCode(err), err)
 				if err == nil {
-					fmt.Fprintln(sio.stdout, name)
 					continue
 				}
 				if errors.Is(err, rootfs.ErrInUse) || errors.Is(err, rootfs.ErrNotFound) || name == rootfs.HostTemplate {
@@ -376,6 +404,9 @@ The built-in "host" template cannot be removed.`,
 					hint = " (delete its snapshots with 'moat snapshot rm' and end the sandboxes made from it first)"
 				}
 				fmt.Fprintf(sio.stderr, "moat template rm: %s: %s%s\n", display.String(name), display.String(err.Error()), hint)
+			}
+			if err := r.print(sio.stdout, asJSON); err != nil {
+				return err
 			}
 			if code != 0 {
 				return &exitError{code: code}

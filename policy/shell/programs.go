@@ -6,7 +6,8 @@ import (
 
 // plan is what a command leads to besides itself.
 type plan struct {
-	self    []string   // reasons the command itself is Uncertain
+	self    []string   // reasons the command itself is Uncertain (Open)
+	unknown []string   // reasons it is Unknowable
 	inner   []innerCmd // commands it runs (wrappers)
 	scripts []script   // command strings it runs (shells, eval, trap, alias)
 }
@@ -15,6 +16,9 @@ type plan struct {
 type innerCmd struct {
 	words   []word
 	extra   []string // reasons it is Uncertain beyond its own words
+	unknown bool     // the extra reasons make it Unknowable
+	open    bool     // the extra reasons make it Open
+	appends bool     // arguments are appended at run time (xargs)
 	replace string   // text the wrapper substitutes in its arguments
 	noStdin bool     // its standard input is not the wrapper's here-document
 }
@@ -27,8 +31,9 @@ type script struct {
 	what    string // for error messages
 }
 
-// emit reports a simple command and then what it runs.
-func (w *walker) emit(c ctx, words []word, extra []string, in stdin) {
+// emit reports a simple command and then what it runs. ic, when not nil,
+// is the wrapper's view of it (extra reasons and how they count).
+func (w *walker) emit(c ctx, words []word, ic *innerCmd, in stdin) {
 	if len(words) == 0 {
 		return
 	}
@@ -39,21 +44,49 @@ func (w *walker) emit(c ctx, words []word, extra []string, in stdin) {
 	var reasons []string
 	if c.taint != "" {
 		reasons = append(reasons, c.taint)
+		if c.unknown {
+			cmd.Unknowable = true
+		} else {
+			cmd.Open = true
+		}
 	}
 	for i, wd := range words {
 		cmd.Args[i] = wd.val
+		src := ""
+		switch {
+		case !wd.certain():
+			src = wd.src
+		case c.replaceTok != "" && strings.Contains(wd.val, c.replaceTok):
+			src = wd.val
+		}
+		if src != "" {
+			if cmd.Dynamic == nil {
+				cmd.Dynamic = make([]string, len(words))
+			}
+			cmd.Dynamic[i] = src
+		}
 		for _, r := range wd.reasons {
 			reasons = appendReason(reasons, r)
 		}
 	}
-	for _, r := range extra {
-		reasons = appendReason(reasons, r)
+	if cmd.Dynamic != nil && cmd.Dynamic[0] != "" {
+		cmd.Unknowable = true
 	}
+	if ic != nil {
+		for _, r := range ic.extra {
+			reasons = appendReason(reasons, r)
+		}
+		cmd.Unknowable = cmd.Unknowable || ic.unknown
+		cmd.Open = cmd.Open || ic.open
+	}
+	cmd.Appends = c.appends
 	if w.funcs[words[0].val] {
 		reasons = appendReason(reasons, quoteShort(words[0].val)+" is a function defined in the script")
+		cmd.Unknowable = true
 	}
 	if w.aliases[words[0].val] {
 		reasons = appendReason(reasons, quoteShort(words[0].val)+" is an alias defined in the script")
+		cmd.Unknowable = true
 	}
 	var p plan
 	if words[0].certain() {
@@ -63,20 +96,46 @@ func (w *walker) emit(c ctx, words []word, extra []string, in stdin) {
 	}
 	for _, r := range p.self {
 		reasons = appendReason(reasons, r)
+		cmd.Open = true
+	}
+	for _, r := range p.unknown {
+		reasons = appendReason(reasons, r)
+		cmd.Unknowable = true
+	}
+	for _, s := range p.scripts {
+		// A command string that is not known: what it runs is not either.
+		if s.taint != "" {
+			reasons = appendReason(reasons, s.taint)
+			cmd.Unknowable = true
+		}
+		if c.replaceTok != "" && strings.Contains(s.src, c.replaceTok) {
+			reasons = appendReason(reasons, "the command string may have "+quoteShort(c.replaceTok)+" substituted in it")
+			cmd.Unknowable = true
+		}
+	}
+	if cmd.Appends && len(reasons) == 0 {
+		reasons = append(reasons, "xargs appends arguments it reads from its input")
+	}
+	if cmd.Dynamic != nil && len(reasons) == 0 {
+		reasons = append(reasons, quoteShort(c.replaceTok)+" is substituted at run time")
 	}
 	cmd.Uncertain = len(reasons) > 0
 	cmd.Reason = strings.Join(reasons, "; ")
 	w.add(cmd)
-	for _, ic := range p.inner {
+	for i := range p.inner {
+		ic := &p.inner[i]
 		ic2 := c
 		if ic.replace != "" {
 			ic2.replaceTok = ic.replace
+		}
+		if ic.appends {
+			ic2.appends = true
 		}
 		icIn := in
 		if ic.noStdin {
 			icIn = stdin{}
 		}
-		w.emit(ic2, ic.words, ic.extra, icIn)
+		w.emit(ic2, ic.words, ic, icIn)
 	}
 	for _, s := range p.scripts {
 		w.nested(c, s)
@@ -88,11 +147,13 @@ func (w *walker) nested(c ctx, s script) {
 	in := w.enter(c)
 	in.dialect = s.dialect
 	in.replaceTok = ""
+	in.appends = false
 	in.skipDblBracket = false
 	if c.replaceTok != "" && strings.Contains(s.src, c.replaceTok) {
 		s.taint = joinReason(s.taint, "the command string may have "+quoteShort(c.replaceTok)+" substituted in it")
 	}
 	in.taint = joinReason(c.taint, s.taint)
+	in.unknown = c.unknown || s.taint != ""
 	if err := w.parse(in, s.src); err != nil && in.taint == "" {
 		w.fail(wrapSyntax(s.what, err))
 	}
@@ -113,11 +174,18 @@ func (w *walker) plan(c ctx, name string, words []word, in stdin) plan {
 	case "env":
 		return envPlan(words)
 	case "busybox":
-		if len(words) > 1 && words[1].certain() && !strings.HasPrefix(words[1].val, "-") {
+		if len(words) > 1 && !words[1].certain() {
+			return plan{unknown: []string{"the program busybox runs is only known at run time"}}
+		}
+		if len(words) > 1 && !strings.HasPrefix(words[1].val, "-") {
 			return plan{inner: []innerCmd{{words: words[1:]}}}
 		}
 	case "find":
 		return findPlan(words)
+	case "git":
+		return gitPlan(words)
+	case "flock":
+		return flockPlan(words, in)
 	case "eval":
 		args := words[1:]
 		if len(args) > 0 && args[0].val == "--" {
@@ -196,7 +264,7 @@ options:
 		case !wd.certain():
 			// An operand (the -c string or a script), unless it may be
 			// options: then the options are not known.
-			uncertain = !hasC && (v == "" || strings.HasPrefix(v, "-"))
+			uncertain = !hasC && (v == "" || strings.HasPrefix(v, "-") || wd.split)
 			break options
 		case v == "--" || v == "-":
 			if v == "--" {
@@ -222,6 +290,7 @@ options:
 		}
 	}
 	if uncertain {
+		p.unknown = []string{"the options of " + name + " are only known at run time"}
 		// The options are unknown, so any later word may be a -c string.
 		for _, wd := range words[i+1:] {
 			if wd.certain() && !strings.HasPrefix(wd.val, "-") {
@@ -338,13 +407,14 @@ func getopt(words []word, start int, spec optSpec) optResult {
 		}
 		return false
 	}
-	// argument reads the argument of an option from the next word.
+	// argument reads the argument of an option from the next word. A
+	// dynamic one is fine when it is one word: only its value is unknown.
 	argument := func() (string, bool) {
 		i++
 		if i >= len(words) {
 			return "", true
 		}
-		if !words[i].certain() {
+		if !words[i].fixed(0) {
 			r.uncertain = true
 		}
 		return words[i].val, words[i].certain()
@@ -354,9 +424,18 @@ loop:
 		wd := words[i]
 		v := wd.val
 		if !wd.certain() {
-			r.uncertain = true
-			if !strings.HasPrefix(v, "-") {
-				break
+			// Only an option whose name is literal, with a dynamic value
+			// attached (--signal="$s", -n"$n"), is still known.
+			eq := strings.IndexByte(v, '=')
+			switch {
+			case !strings.HasPrefix(v, "-"):
+				// An operand when it is one word with a literal start.
+				if !wd.fixed(1) {
+					r.uncertain = true
+				}
+				break loop
+			case !wd.fixed(2), strings.HasPrefix(v, "--") && (eq < 0 || eq >= wd.lit):
+				r.uncertain = true
 			}
 		}
 		switch {
@@ -372,7 +451,7 @@ loop:
 				r.unknown = append(r.unknown, "--"+name)
 				continue
 			}
-			certain := true
+			certain := wd.certain()
 			if takesArg && !hasVal {
 				val, certain = argument()
 			}
@@ -385,10 +464,17 @@ loop:
 			for j := 1; j < len(v); j++ {
 				ch := v[j]
 				name := string(ch)
+				if !wd.certain() && j >= wd.lit {
+					r.uncertain = true // options only known at run time
+					break
+				}
 				switch {
 				case strings.IndexByte(spec.arg, ch) >= 0:
 					val, certain := v[j+1:], true
-					if val == "" {
+					switch {
+					case !wd.certain():
+						certain = false // the value has the expansion
+					case val == "":
 						val, certain = argument()
 					}
 					if record(name, val, certain) {
@@ -498,6 +584,13 @@ var wrappers = map[string]wrapperSpec{
 		noRun:   []string{"e", "l", "v", "V", "K", "edit", "list", "validate", "version", "help", "remove-timestamp"},
 		shell:   []string{"s", "i", "shell", "login"}},
 	"doas": {opts: optSpec{arg: "Cu", flag: "Lns"}, noRun: []string{"C", "L"}, shell: []string{"s"}},
+	"chrt": {opts: optSpec{arg: "TPD", flag: "abdfiormRvhV",
+		longArg: []string{"sched-runtime", "sched-period", "sched-deadline"},
+		longFlag: []string{"all-tasks", "batch", "deadline", "fifo", "idle", "other", "rr", "reset-on-fork",
+			"max", "pid", "verbose", "help", "version"}},
+		skip: 1, noRun: []string{"m", "p", "h", "V", "max", "pid", "help", "version"}},
+	"taskset": {opts: optSpec{flag: "acphV", longFlag: []string{"all-tasks", "cpu-list", "pid", "help", "version"}},
+		skip: 1, noRun: []string{"p", "h", "V", "pid", "help", "version"}},
 	"xargs": {opts: optSpec{arg: "aEILnsPd", optArg: "eil", flag: "0prtxo",
 		longArg: []string{"arg-file", "delimiter", "max-args", "max-chars", "max-procs", "process-slot-var"},
 		longFlag: []string{"null", "interactive", "no-run-if-empty", "verbose", "exit", "open-tty", "show-limits",
@@ -517,21 +610,30 @@ func wrapper(name string, spec wrapperSpec, words []word, in stdin) plan {
 		}
 	}
 	var extra []string
+	unknown, open := false, false
+	notKnown := func() {
+		extra = appendReason(extra, "the arguments of "+name+" before the command could not be known for sure")
+		unknown = true
+	}
 	if r.uncertain {
-		extra = append(extra, "the arguments of "+name+" before the command could not be known for sure")
+		notKnown()
 	}
 	for _, u := range r.unknown {
 		extra = appendReason(extra, "unrecognized option "+u+" of "+name)
+		open = true
 	}
 	i := r.next
 	for k := 0; k < spec.skip && i < len(words); k++ {
-		if !words[i].certain() {
-			extra = appendReason(extra, "the arguments of "+name+" before the command could not be known for sure")
+		if !words[i].fixed(0) {
+			notKnown()
 		}
 		i++
 	}
 	if spec.assigns {
 		for i < len(words) && strings.Contains(words[i].val, "=") {
+			if eq := strings.IndexByte(words[i].val, '='); !words[i].fixed(eq + 1) {
+				notKnown()
+			}
 			i++
 		}
 	}
@@ -544,6 +646,9 @@ func wrapper(name string, spec wrapperSpec, words []word, in stdin) plan {
 			stdinScript(name, dialectSh, in, &p)
 			return p
 		default:
+			if unknown {
+				p.unknown = extra
+			}
 			return p
 		}
 	} else {
@@ -560,10 +665,13 @@ func wrapper(name string, spec wrapperSpec, words []word, in stdin) plan {
 			p.inner[0].noStdin = true
 		} else {
 			extra = append(extra, "xargs appends arguments it reads from its input")
+			p.inner[0].appends = true
 			p.inner[0].noStdin = true
 		}
 	}
 	p.inner[0].extra = extra
+	p.inner[0].unknown = unknown
+	p.inner[0].open = open
 	return p
 }
 
@@ -575,21 +683,27 @@ func envPlan(words []word) plan {
 			"ignore-signal", "block-signal", "list-signal-handling"},
 		stop: "S", stopLong: []string{"split-string"}}
 	var extra []string
+	unknown, open := false, false
+	notKnown := func(r string) {
+		extra = appendReason(extra, r)
+		unknown = true
+	}
 	for range 8 { // env -S may be given again in the string it splits
 		r := getopt(words, 1, spec)
 		if r.has("help", "version") {
 			return plan{}
 		}
 		if r.uncertain {
-			extra = appendReason(extra, "the arguments of env before the command could not be known for sure")
+			notKnown("the arguments of env before the command could not be known for sure")
 		}
 		for _, u := range r.unknown {
 			extra = appendReason(extra, "unrecognized option "+u+" of env")
+			open = true
 		}
 		if r.stopped != nil {
 			fields, certain := splitEnvString(r.stopped.val)
 			if !certain || !r.stopped.certain {
-				extra = appendReason(extra, "env -S string could not be split for sure")
+				notKnown("env -S string could not be split for sure")
 			}
 			rest := append([]word{{val: "env"}}, fields...)
 			words = append(rest, words[r.next:]...)
@@ -597,14 +711,20 @@ func envPlan(words []word) plan {
 		}
 		i := r.next
 		for i < len(words) && (words[i].val == "-" || strings.Contains(words[i].val, "=")) {
+			if eq := strings.IndexByte(words[i].val, '='); !words[i].fixed(max(eq+1, 1)) {
+				notKnown("the arguments of env before the command could not be known for sure")
+			}
 			i++
 		}
 		if i >= len(words) {
+			if unknown {
+				return plan{unknown: extra}
+			}
 			return plan{}
 		}
-		return plan{inner: []innerCmd{{words: words[i:], extra: extra}}}
+		return plan{inner: []innerCmd{{words: words[i:], extra: extra, unknown: unknown, open: open}}}
 	}
-	return plan{self: []string{"env -S nested too deeply"}}
+	return plan{unknown: []string{"env -S nested too deeply"}}
 }
 
 // splitEnvString splits env -S's string at blanks; quoting, escapes and
@@ -625,6 +745,10 @@ func findPlan(words []word) plan {
 		switch words[i].val {
 		case "-exec", "-execdir", "-ok", "-okdir":
 		default:
+			if !words[i].fixed(0) {
+				// $x may be "-exec CMD ;".
+				p.unknown = appendReason(p.unknown, "an argument of find that may be several words ("+words[i].src+") may hold an -exec")
+			}
 			continue
 		}
 		j := i + 1
@@ -701,4 +825,197 @@ func suPlan(name string, words []word, in stdin) plan {
 	}
 	stdinScript(name, dialectSh, in, &p)
 	return p
+}
+
+// flockPlan reads flock's options and lock file, then runs the command
+// after it, or the sh -c string of its -c option (which follows the file).
+func flockPlan(words []word, in stdin) plan {
+	spec := wrapperSpec{opts: optSpec{arg: "wE", flag: "sexnoFuhV",
+		longArg: []string{"timeout", "wait", "conflict-exit-code"},
+		longFlag: []string{"shared", "exclusive", "unlock", "nonblocking", "nonblock", "close", "no-fork",
+			"verbose", "help", "version"}},
+		skip: 1, noRun: []string{"h", "V", "help", "version"}}
+	r := getopt(words, 1, spec.opts)
+	i := r.next + 1
+	if !r.has(spec.noRun...) && i+1 < len(words) && (words[i].val == "-c" || words[i].val == "--command") {
+		s := script{src: words[i+1].val, dialect: dialectSh, what: "flock -c string"}
+		if !words[i+1].certain() {
+			s.taint = "the flock -c string could not be known for sure"
+		}
+		p := plan{scripts: []script{s}}
+		if r.uncertain || !words[r.next].fixed(0) {
+			p.unknown = []string{"the arguments of flock before the command could not be known for sure"}
+		}
+		return p
+	}
+	return wrapper("flock", spec, words, in)
+}
+
+// gitCommands are commands built into git: an alias of the same name is
+// ignored, so the command line's aliases cannot change what they run.
+var gitCommands = map[string]bool{}
+
+func init() {
+	for _, c := range strings.Fields(`add am annotate apply archive backfill bisect blame branch bugreport bundle
+		cat-file check-attr check-ignore check-mailmap check-ref-format checkout checkout-index cherry cherry-pick
+		clean clone column commit commit-graph commit-tree config count-objects credential describe diagnose diff
+		diff-files diff-index diff-tree difftool fast-export fast-import fetch fetch-pack fmt-merge-msg
+		for-each-ref for-each-repo format-patch fsck gc get-tar-commit-id grep hash-object help hook index-pack
+		init init-db interpret-trailers log ls-files ls-remote ls-tree mailinfo mailsplit maintenance merge
+		merge-base merge-file merge-index merge-tree mktag mktree multi-pack-index mv name-rev notes pack-objects
+		pack-redundant pack-refs patch-id prune prune-packed pull push range-diff read-tree rebase receive-pack
+		reflog refs remote repack replace replay rerere reset restore rev-list rev-parse revert rm send-pack
+		shortlog show show-branch show-index show-ref sparse-checkout stash status stripspace submodule switch
+		symbolic-ref tag unpack-file unpack-objects update-index update-ref update-server-info upload-archive
+		upload-pack var verify-commit verify-pack verify-tag version whatchanged worktree write-tree`) {
+		gitCommands[c] = true
+	}
+}
+
+// gitPlan finds the subcommand of git past its global options (-C DIR,
+// -c NAME=VALUE, --git-dir, --work-tree, --namespace, --config-env, ...)
+// and reports `git SUBCOMMAND ARGS` as the command git runs, so that
+// Exec(git push*) sees `git -C . push`. When the subcommand cannot be
+// found (a dynamic word where options go, an unknown option, an alias
+// defined on the command line) it reports `git` followed by a dynamic
+// word that stands for any subcommand.
+func gitPlan(words []word) plan {
+	var p plan
+	anyCommand := func(src, why string) plan {
+		if len(words) == 2 && !words[1].certain() {
+			return p // already `git` and any subcommand
+		}
+		if src == "" {
+			src = "…"
+		}
+		p.inner = []innerCmd{{words: []word{words[0], {reasons: []string{why}, src: src, split: true}}}}
+		return p
+	}
+	var aliases map[string]string // name (lower case) → value; "\x00" when not known
+	dynConfig := ""               // a -c whose name is not known
+	config := func(kv word, env bool) {
+		v := kv.val
+		eq := strings.IndexByte(v, '=')
+		known := kv.certain() || eq >= 0 && kv.fixed(eq+1)
+		if !known {
+			dynConfig = kv.src
+			return
+		}
+		key, val, _ := strings.Cut(v, "=")
+		sect, name, ok := strings.Cut(key, ".")
+		if !ok || !strings.EqualFold(sect, "alias") {
+			return
+		}
+		if env || !kv.certain() {
+			val = "\x00"
+		}
+		if aliases == nil {
+			aliases = map[string]string{}
+		}
+		aliases[strings.ToLower(name)] = val
+	}
+	i := 1
+	for ; i < len(words); i++ {
+		wd := words[i]
+		v := wd.val
+		if !strings.HasPrefix(v, "-") || !wd.fixed(2) {
+			if !wd.certain() {
+				return anyCommand(wd.src, "argument "+itoa(i)+" of git is only known at run time ("+wd.src+")")
+			}
+			break // the subcommand
+		}
+		name, _, hasVal := strings.Cut(v, "=")
+		if !wd.certain() && (!hasVal || strings.IndexByte(v, '=') >= wd.lit) {
+			return anyCommand(wd.src, "argument "+itoa(i)+" of git is only known at run time ("+wd.src+")")
+		}
+		switch name {
+		case "-C", "-c", "--git-dir", "--work-tree", "--namespace", "--config-env", "--super-prefix", "--attr-source":
+			if hasVal && (name == "-C" || name == "-c") {
+				return anyCommand(v, "git option "+quoteShort(v)+" is not known")
+			}
+			arg := wd
+			if !hasVal {
+				i++
+				if i >= len(words) {
+					return plan{} // git fails
+				}
+				arg = words[i]
+				if !arg.fixed(0) {
+					return anyCommand(arg.src, "argument "+itoa(i)+" of git is only known at run time ("+arg.src+")")
+				}
+			} else {
+				_, after, _ := strings.Cut(v, "=")
+				arg = word{val: after, reasons: wd.reasons, src: wd.src, lit: max(wd.lit-len(name)-1, 0)}
+			}
+			switch name {
+			case "-c":
+				config(arg, false)
+			case "--config-env":
+				config(arg, true)
+			}
+		case "--exec-path":
+			if !hasVal {
+				return plan{} // prints the path
+			}
+		case "-p", "--paginate", "-P", "--no-pager", "--bare", "--no-replace-objects", "--no-lazy-fetch",
+			"--no-optional-locks", "--no-advice", "--literal-pathspecs", "--glob-pathspecs",
+			"--noglob-pathspecs", "--icase-pathspecs":
+		case "-v", "--version", "-h", "--help", "--html-path", "--man-path", "--info-path", "--list-cmds":
+			return plan{} // git prints and exits (or runs help or version)
+		default:
+			return anyCommand(v, "git option "+quoteShort(v)+" is not known")
+		}
+	}
+	if i >= len(words) {
+		return plan{} // git without a subcommand prints its usage
+	}
+	sub := words[i].val
+	if !gitCommands[sub] {
+		if a, ok := aliases[strings.ToLower(sub)]; ok {
+			why := "git runs the alias " + quoteShort(sub) + " defined on its command line"
+			switch {
+			case a == "\x00":
+				p.unknown = []string{why + ", whose value is only known at run time"}
+				return p
+			case strings.HasPrefix(a, "!"):
+				// A shell alias: git runs it with sh -c.
+				p.scripts = []script{{src: a[1:], dialect: dialectSh, what: "git alias " + sub}}
+			}
+			return anyCommand(sub, why)
+		}
+		if dynConfig != "" {
+			return anyCommand(sub, "git -c "+dynConfig+" may define "+quoteShort(sub)+" as an alias")
+		}
+	}
+	if i == 1 {
+		return plan{} // nothing to normalize
+	}
+	p.inner = []innerCmd{{words: append([]word{words[0]}, words[i:]...)}}
+	return p
+}
+
+func itoa(n int) string {
+	if n < 10 {
+		return string(rune('0' + n))
+	}
+	return itoa(n/10) + string(rune('0'+n%10))
+}
+
+// Unwraps reports whether Commands finds, by the program's own option
+// grammar, the command the program name runs (a wrapper such as nice or
+// env, find -exec, xargs, busybox, git's subcommand, a shell's -c string).
+// For such a program a dynamic word that is not where its command goes is
+// only an argument.
+func Unwraps(name string) bool {
+	if _, ok := wrappers[name]; ok {
+		return true
+	}
+	if _, ok := shells[name]; ok {
+		return true
+	}
+	switch name {
+	case "env", "busybox", "find", "git", "flock", "eval", "su", "trap", "alias":
+		return true
+	}
+	return false
 }

@@ -20,11 +20,22 @@
 //     action and of an alias, and in a here-document or here-string that a
 //     shell reads as its script — recursively;
 //   - behind wrapper programs, which are reported and then unwrapped: env,
-//     command, exec, builtin, nice, ionice, nohup, timeout, time, stdbuf,
-//     setsid, sudo, doas, busybox, xargs and find -exec/-execdir/-ok/-okdir.
+//     command, exec, builtin, nice, ionice, chrt, taskset, nohup, timeout,
+//     time, stdbuf, setsid, flock (and flock FILE -c STRING), sudo, doas,
+//     busybox, xargs and find -exec/-execdir/-ok/-okdir;
+//   - past git's global options (-C DIR, -c NAME=VALUE, --git-dir,
+//     --work-tree, --namespace, --config-env, --no-pager, --bare, …):
+//     `git -C . push` is reported, then `git push`; an alias defined on the
+//     command line makes the subcommand a dynamic word (a shell alias !CMD
+//     is parsed as a script too).
 //
 // The rule of the package: what cannot be parsed with confidence is
-// reported as Uncertain or as an error, never silently as certain. A word
+// reported as Uncertain or as an error, never silently as certain, and
+// Command says how: which words are Dynamic (an expansion in an argument
+// leaves the program known), whether the command is Unknowable (its
+// command word, or a wrapper's command, or the command string it comes
+// from, is only known at run time), whether xargs Appends arguments, and
+// whether it is Open (a shell reading its standard input). A word
 // is Uncertain when its value depends on running the script (expansions,
 // substitutions, globs, brace expansion, tilde forms other than a plain
 // leading ~); a command is Uncertain when one of its words is, when it names
@@ -47,9 +58,10 @@
 // Known limits, by design: bash can run code hidden in variables' values
 // through arithmetic evaluation (x='a[$(cmd)]'; ((x))), and any program can
 // interpret its arguments as code (python -c, make, git aliases, …). Those
-// are programs' behaviours, left to the rules about those programs. Programs
-// that run commands but are not listed above (chroot, flock, watch,
-// script -c, ssh, …) are reported as themselves only.
+// are programs' behaviours, left to the rules about those programs (git's
+// aliases and configuration from its files or the environment are not
+// followed). Programs that run commands but are not listed above (chroot,
+// watch, script -c, ssh, …) are reported as themselves only.
 package shell
 
 import (
@@ -111,6 +123,31 @@ type Command struct {
 	Uncertain bool
 	// Reason says why the command is Uncertain, readably; empty otherwise.
 	Reason string
+
+	// How it is Uncertain, for matching; the flags are not exclusive.
+
+	// Dynamic is nil when every word is literal; otherwise it has one entry
+	// per Args: "" for a literal word and, for a word whose value is only
+	// known at run time (an expansion, a substitution, a glob, a word into
+	// which xargs -I or find -exec substitutes), the word as written. A
+	// dynamic word may stand for any text, several words or none.
+	Dynamic []string
+	// Unknowable is set when which program runs, or with which command
+	// words, cannot be known before it runs: its command word is dynamic,
+	// it names a function or alias defined in the script, it comes from a
+	// command string that is itself not known (sh -c "$s", eval "$s"), or it
+	// runs a command string or a wrapped command that is not known (the
+	// wrapper's options or operands before it are dynamic, a shell's options
+	// are dynamic, a here-document it reads has expansions).
+	Unknowable bool
+	// Appends is set when arguments are added after Args at run time (what
+	// xargs reads from its input).
+	Appends bool
+	// Open is set when the command does more than its words say, in a way
+	// that is not known: a shell reading commands from its standard input,
+	// options that could not be read, sh's reading of (( or [[. Any
+	// command of that name may be what runs.
+	Open bool
 }
 
 // Commands returns every simple command the script can run, in order: across
@@ -125,10 +162,11 @@ type Command struct {
 // Wrapper programs are unwrapped so that the real command is also reported:
 // env (with its VAR=val and options), command, exec, builtin, nice/ionice
 // (with options), nohup, timeout (with options and the duration), time,
-// stdbuf, setsid, sudo/doas (with options), xargs (the command it runs,
-// Uncertain because xargs appends arguments), find … -exec CMD … ; and
-// -execdir (the CMD, Uncertain). Both the wrapper and the unwrapped command
-// are returned, the wrapper first. `bash script.sh` is just a command: the
+// stdbuf, setsid, chrt, taskset, flock, sudo/doas (with options), xargs
+// (the command it runs, Uncertain because xargs appends arguments), find …
+// -exec CMD … ; and -execdir (the CMD, Uncertain), and git past its global
+// options. Both the wrapper and the unwrapped command are returned, the
+// wrapper first. `bash script.sh` is just a command: the
 // script file is not read.
 //
 // A syntax error returns an error wrapping [ErrSyntax]; a script beyond the
@@ -210,10 +248,16 @@ type ctx struct {
 	depth   int
 	// taint, when set, makes every command found here Uncertain.
 	taint string
+	// unknown, when set, makes every command found here Unknowable (the
+	// command string they come from is not known).
+	unknown bool
 	// replaceTok is the text that xargs -I or find -exec substitutes in the
 	// arguments of the command being unwrapped; a command string containing
 	// it is not certain.
 	replaceTok string
+	// appends is set for the command xargs runs (and what it wraps in
+	// turn): arguments are appended to it at run time.
+	appends bool
 	// skipDblBracket drops commands named [[ (in sh's reading of [[ … ]],
 	// the [[ itself is not a command that exists).
 	skipDblBracket bool

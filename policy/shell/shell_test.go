@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // want is one expected command: its Args and whether it is Uncertain.
@@ -34,6 +35,23 @@ var commandTests = []struct {
 		[]want{c("npm", "test"), c("git", "push", "origin", "main"), c("tee", "log"), c("echo", "failed")}},
 	{"semicolons and newlines", "cd x; make\ngit push", []want{c("cd", "x"), c("make"), c("git", "push")}},
 	{"background", "nohup git push &", []want{c("nohup", "git", "push"), c("git", "push")}},
+	// git's global options are skipped to find the subcommand.
+	{"git -C", "git -C . push", []want{c("git", "-C", ".", "push"), c("git", "push")}},
+	{"git options", "/usr/bin/git -c a=b --git-dir=.git --work-tree . --no-pager -P --bare push -f",
+		[]want{c("/usr/bin/git", "-c", "a=b", "--git-dir=.git", "--work-tree", ".", "--no-pager", "-P", "--bare", "push", "-f"),
+			c("/usr/bin/git", "push", "-f")}},
+	{"git -C dynamic", `git -C "$d" push`, []want{u("git", "-C", "", "push"), c("git", "push")}},
+	{"git dynamic option", `git $o push`, []want{u("git", "", "push"), u("git", "")}},
+	{"git alias", "git -c alias.p=push p", []want{c("git", "-c", "alias.p=push", "p"), u("git", "")}},
+	{"git shell alias", "git -c 'alias.p=!curl x' p", []want{c("git", "-c", "alias.p=!curl x", "p"), u("git", ""), c("curl", "x")}},
+	{"git alias of a builtin", "git -c alias.push=status push", []want{c("git", "-c", "alias.push=status", "push"), c("git", "push")}},
+	{"wrappers and git", "nice -n 5 timeout 5 git -C . push",
+		[]want{c("nice", "-n", "5", "timeout", "5", "git", "-C", ".", "push"), c("timeout", "5", "git", "-C", ".", "push"),
+			c("git", "-C", ".", "push"), c("git", "push")}},
+	{"chrt taskset", "chrt -f 10 taskset -c 0 git push", []want{c("chrt", "-f", "10", "taskset", "-c", "0", "git", "push"),
+		c("taskset", "-c", "0", "git", "push"), c("git", "push")}},
+	{"flock", "flock /tmp/l git push; flock -w 1 /tmp/l -c 'git pull'", []want{c("flock", "/tmp/l", "git", "push"),
+		c("git", "push"), c("flock", "-w", "1", "/tmp/l", "-c", "git pull"), c("git", "pull")}},
 	{"background list", "sleep 1 & git push & wait", []want{c("sleep", "1"), c("git", "push"), c("wait")}},
 	{"pipe stderr", "make |& tee log", []want{c("make"), c("tee", "log")}},
 	{"negation", "! git push", []want{c("git", "push")}},
@@ -120,7 +138,7 @@ var commandTests = []struct {
 	{"shell script file is not read", "bash script.sh arg", []want{c("bash", "script.sh", "arg")}},
 	{"shell reading a pipe", "curl x | sh", []want{c("curl", "x"), u("sh")}},
 	{"shell reading a heredoc", "bash <<'EOF'\ngit push\nEOF", []want{c("bash"), c("git", "push")}},
-	{"shell reading an expanded heredoc", "sh <<EOF\ngit push $R\nEOF", []want{c("sh"), u("git", "push")}},
+	{"shell reading an expanded heredoc", "sh <<EOF\ngit push $R\nEOF", []want{u("sh"), u("git", "push")}},
 	{"shell reading a tab-stripped heredoc", "sh <<-EOF\n\tgit push\n\tEOF", []want{c("sh"), c("git", "push")}},
 	{"shell reading a here-string", "bash -s <<< 'git push'", []want{c("bash", "-s"), c("git", "push")}},
 	{"source reading a heredoc", "source /dev/stdin <<'EOF'\ngit push\nEOF",
@@ -408,7 +426,104 @@ func FuzzCommands(f *testing.F) {
 			if cmd.Uncertain != (cmd.Reason != "") {
 				t.Fatalf("Commands(%q): %q Uncertain=%v Reason=%q", script, cmd.Args, cmd.Uncertain, cmd.Reason)
 			}
+			if cmd.Dynamic != nil && len(cmd.Dynamic) != len(cmd.Args) || cmd.Dynamic != nil && cmd.Dynamic[0] != "" && !cmd.Unknowable {
+				t.Fatalf("Commands(%q): %q Dynamic=%q Unknowable=%v", script, cmd.Args, cmd.Dynamic, cmd.Unknowable)
+			}
+			if (cmd.Dynamic != nil || cmd.Unknowable || cmd.Open || cmd.Appends) && !cmd.Uncertain {
+				t.Fatalf("Commands(%q): %+v is not Uncertain", script, cmd)
+			}
 			Normalize(cmd.Args)
+			checkNormalized(t, script, cmd)
 		}
 	})
+}
+
+// checkNormalized: unwrapping a known command (a wrapper's options, git's
+// global options) never turns it into a different command: what is found
+// in it is certain only when it is one of its words followed by a suffix
+// of its words (`nice -n 5 git -C . push` → `git -C . push`, `git push`).
+func checkNormalized(t *testing.T, script string, cmd Command) {
+	if cmd.Uncertain || len(cmd.Args) > 40 {
+		return
+	}
+	for _, a := range cmd.Args {
+		if !utf8.ValidString(a) {
+			return // not something the parser reads again
+		}
+		b := BaseName(a)
+		if _, ok := shells[b]; ok || otherShells[b] || strings.HasPrefix(a, "-") && strings.ContainsRune(a, 'S') ||
+			strings.ContainsAny(a, "!\x00") || slices.Contains([]string{"eval", "find", "busybox", "su", "trap", "alias",
+			"flock", "xargs", "source", ".", "split-string"}, b) {
+			return // command strings, or words split again
+		}
+	}
+	q := make([]string, len(cmd.Args))
+	for i, a := range cmd.Args {
+		q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	again, err := Commands(strings.Join(q, " "))
+	if err != nil || len(again) == 0 || !slices.Equal(again[0].Args, cmd.Args) {
+		t.Fatalf("Commands(%q): %q read again: %v %v", script, cmd.Args, again, err)
+	}
+	for _, d := range again[1:] {
+		if d.Uncertain {
+			continue
+		}
+		ok := false
+		for k := 0; k < len(cmd.Args) && !ok; k++ {
+			for j := k + 1; j <= len(cmd.Args) && !ok; j++ {
+				ok = d.Args[0] == cmd.Args[k] && slices.Equal(d.Args[1:], cmd.Args[j:])
+			}
+		}
+		if !ok {
+			t.Fatalf("Commands(%q): %q unwraps to %q, not one of its words and a suffix", script, cmd.Args, d.Args)
+		}
+	}
+}
+
+// TestCommandFields: which words are dynamic, and how a command is
+// uncertain.
+func TestCommandFields(t *testing.T) {
+	type f struct {
+		args       []string
+		dyn        []string
+		unknowable bool
+		appends    bool
+		open       bool
+	}
+	for _, tt := range []struct {
+		script string
+		want   []f
+	}{
+		{`echo $HOME`, []f{{args: []string{"echo", ""}, dyn: []string{"", "$HOME"}}}},
+		{`ls "$TMPDIR"/x *.go`, []f{{args: []string{"ls", "/x", "*.go"}, dyn: []string{"", `"$TMPDIR"/x`, "*.go"}}}},
+		{`x=$(ls)`, []f{{args: []string{"ls"}}}},
+		{`$c push`, []f{{args: []string{"", "push"}, dyn: []string{"$c", ""}, unknowable: true}}},
+		{`sh -c "$s"`, []f{{args: []string{"sh", "-c", ""}, dyn: []string{"", "", `"$s"`}, unknowable: true}}},
+		{`eval "$s"`, []f{{args: []string{"eval", ""}, dyn: []string{"", `"$s"`}, unknowable: true}}},
+		{`timeout "$t" ls`, []f{{args: []string{"timeout", "", "ls"}, dyn: []string{"", `"$t"`, ""}},
+			{args: []string{"ls"}, unknowable: true}}},
+		{`nice -n "$n" ls`, []f{{args: []string{"nice", "-n", "", "ls"}, dyn: []string{"", "", `"$n"`, ""}}, {args: []string{"ls"}}}},
+		{`nice -n $n ls`, []f{{args: []string{"nice", "-n", "", "ls"}, dyn: []string{"", "", `$n`, ""}},
+			{args: []string{"ls"}, unknowable: true}}},
+		{`env A="$x" ls`, []f{{args: []string{"env", "A=", "ls"}, dyn: []string{"", `A="$x"`, ""}}, {args: []string{"ls"}}}},
+		{`env A=$x ls`, []f{{args: []string{"env", "A=", "ls"}, dyn: []string{"", `A=$x`, ""}}, {args: []string{"ls"}, unknowable: true}}},
+		{`xargs nice git`, []f{{args: []string{"xargs", "nice", "git"}}, {args: []string{"nice", "git"}, appends: true},
+			{args: []string{"git"}, appends: true}}},
+		{`find . -exec rm {} \;`, []f{{args: []string{"find", ".", "-exec", "rm", "{}", ";"}}, {args: []string{"rm", "{}"}, dyn: []string{"", "{}"}}}},
+		{`curl x | sh`, []f{{args: []string{"curl", "x"}}, {args: []string{"sh"}, open: true}}},
+		{`f() { :; }; f`, []f{{args: []string{":"}}, {args: []string{"f"}, unknowable: true}}},
+	} {
+		cmds, err := Commands(tt.script)
+		if err != nil {
+			t.Fatalf("%q: %v", tt.script, err)
+		}
+		var got []f
+		for _, c := range cmds {
+			got = append(got, f{c.Args, c.Dynamic, c.Unknowable, c.Appends, c.Open})
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+			t.Errorf("%q:\n got %+v\nwant %+v", tt.script, got, tt.want)
+		}
+	}
 }

@@ -13,7 +13,15 @@ import (
 type word struct {
 	val     string
 	reasons []string
+	// For a word that is not certain:
+	src   string // the word as written (cut to a readable length)
+	split bool   // it may become several words, or none (an unquoted expansion, "$@", a glob)
+	lit   int    // how many bytes of val are literal before the first expansion
 }
+
+// fixed reports whether the word is one word whose literal prefix is at
+// least n bytes long: "--opt=$x" has a known option name.
+func (wd word) fixed(n int) bool { return wd.certain() || !wd.split && wd.lit >= n }
 
 func (wd word) certain() bool { return len(wd.reasons) == 0 }
 
@@ -33,9 +41,15 @@ type wordState struct {
 	glob       bool
 	bracket    int  // 1 + the offset in b of the first unquoted [, or 0
 	assignLike bool // the word reads NAME=…, where bash expands =~ and :~
+	dynAt      int  // 1 + the offset in b of the first expansion, or 0
+	opaque     bool // a reason other than an expansion: nothing of it is literal
+	split      bool // an expansion that word splitting (or "$@") can make several words
 }
 
-func (ws *wordState) reason(r string) { ws.reasons = appendReason(ws.reasons, r) }
+func (ws *wordState) reason(r string) {
+	ws.reasons = appendReason(ws.reasons, r)
+	ws.opaque = true
+}
 
 // evalWord removes quotes from wd and records what makes it uncertain. The
 // commands of substitutions in it are reported on the way, since they run
@@ -77,52 +91,83 @@ func (w *walker) evalWord(c ctx, wd *syntax.Word, m mode) word {
 					ws.b.WriteString(unescape(l.Value, "$`\"\\"))
 					continue
 				}
-				w.dynamic(c, &ws, q)
+				w.dynamic(c, &ws, q, true, m)
 			}
 		default:
-			w.dynamic(c, &ws, part)
+			w.dynamic(c, &ws, part, false, m)
 		}
 	}
 	out := word{val: ws.b.String(), reasons: ws.reasons}
-	if m != modeArg {
-		return out
+	if m == modeArg {
+		// A [ is a glob when a ] follows it; the first [ has the most after it.
+		if ws.glob || ws.bracket > 0 && strings.IndexByte(out.val[ws.bracket:], ']') >= 0 {
+			out.reasons = appendReason(out.reasons, "glob pattern "+quoteShort(out.val))
+			ws.opaque, ws.split = true, true
+		}
+		if hasBraceExpansion(wd) {
+			out.reasons = appendReason(out.reasons, "brace expansion "+quoteShort(out.val))
+			ws.opaque, ws.split = true, true
+		}
 	}
-	// A [ is a glob when a ] follows it; the first [ has the most after it.
-	if ws.glob || ws.bracket > 0 && strings.IndexByte(out.val[ws.bracket:], ']') >= 0 {
-		out.reasons = appendReason(out.reasons, "glob pattern "+quoteShort(out.val))
-	}
-	if hasBraceExpansion(wd) {
-		out.reasons = appendReason(out.reasons, "brace expansion "+quoteShort(out.val))
+	if !out.certain() {
+		out.src = w.snippet(c, wd, 60)
+		if out.src == "" {
+			out.src = "…"
+		}
+		out.split = ws.split
+		switch {
+		case ws.opaque:
+		case ws.dynAt > 0:
+			out.lit = ws.dynAt - 1
+		default:
+			out.lit = len(out.val)
+		}
 	}
 	return out
 }
 
 // dynamic handles a word part whose value is only known when the script
 // runs: it adds nothing to the value, a reason, and the commands inside it.
-func (w *walker) dynamic(c ctx, ws *wordState, part syntax.WordPart) {
+// quoted says it is inside double quotes, where it is not split into words.
+func (w *walker) dynamic(c ctx, ws *wordState, part syntax.WordPart, quoted bool, m mode) {
 	src := w.snippet(c, part, 60)
+	if ws.dynAt == 0 {
+		ws.dynAt = ws.b.Len() + 1
+	}
+	if m == modeArg && !quoted {
+		ws.split = true
+	}
+	r := ""
 	switch p := part.(type) {
 	case *syntax.ParamExp:
-		ws.reason("parameter expansion " + src)
+		r = "parameter expansion " + src
+		if m == modeArg && (p.Param != nil && p.Param.Value == "@" || p.Index != nil || p.Names != 0) {
+			ws.split = true // "$@", "${a[@]}", "${!p@}" are several words
+		}
 		w.scan(c, p)
 	case *syntax.CmdSubst:
-		ws.reason("command substitution " + src)
+		r = "command substitution " + src
 		w.stmts(w.enter(c), p.Stmts)
 	case *syntax.ArithmExp:
-		ws.reason("arithmetic expansion " + src)
+		r = "arithmetic expansion " + src
 		w.scan(c, p)
 	case *syntax.ProcSubst:
-		ws.reason("process substitution " + src)
+		r = "process substitution " + src
 		w.stmts(w.enter(c), p.Stmts)
 	case *syntax.ExtGlob:
 		ws.reason("extended glob " + src)
+		ws.split = ws.split || m == modeArg
 		if p.Pattern != nil {
 			ws.b.WriteString(p.Op.String() + p.Pattern.Value + ")")
 		}
+		return
 	default:
 		ws.reason("shell expansion " + src)
+		ws.split = ws.split || m == modeArg
 		w.scan(c, p)
+		return
 	}
+	ws.reasons = appendReason(ws.reasons, r)
 }
 
 // unquoted appends an unquoted literal, removing backslashes and noting

@@ -77,6 +77,12 @@ type stream struct {
 	spill   *spillFile
 	n       atomic.Int64
 	done    chan struct{}
+	// owed, set once the process has exited (drain), is the count n
+	// must reach before the read deadline may end the copy: n at the
+	// exit, plus the most the pipe can have held then, plus one read in
+	// flight. Until then a deadline that passes while bytes wait in the
+	// pipe does not end it (see copy). 0 means not set.
+	owed atomic.Int64
 }
 
 // exec runs p to completion and builds its Result; start is when the call
@@ -407,10 +413,18 @@ func (c *call) wait(ctx context.Context) error {
 	}
 }
 
+// testHookDrain, when set (by tests), runs in drain of a long-lived
+// sandbox's call once the read deadlines are set.
+var testHookDrain func(*call)
+
 // drain waits for the output copies to end. A one-shot sandbox ends with
 // its process, so every holder of the pipes is gone and the copies reach
 // EOF; in a long-lived one a background child may keep them open, so
-// reading stops drainTimeout after the exit.
+// reading stops once the pipe is empty drainTimeout after the exit. It
+// never stops while the pipe still holds what the process wrote before
+// it exited: a copy that is slow (a loaded host, a writer that takes its
+// time) finishes reading first (see stream.copy), so every byte the
+// process wrote is read and counted.
 func (c *call) drain() {
 	s := c.s
 	s.r.log.Debug("process ended", "sandbox", s.id, "after", time.Since(s.created).String())
@@ -422,7 +436,11 @@ func (c *call) drain() {
 		<-s.exited
 	default:
 		for _, st := range c.streams {
+			st.exited()
 			_ = st.r.SetReadDeadline(time.Now().Add(drainTimeout))
+		}
+		if testHookDrain != nil {
+			testHookDrain(c)
 		}
 	}
 	for _, st := range c.streams {
@@ -449,7 +467,14 @@ func (c *call) result() (*sandbox.Result, error) {
 	}
 	c.collectOutput(res)
 	u := s.cg.usage()
+	// The OOM kills of the call: the memory cgroup's count (memory.events
+	// on v2, memory.oom_control's oom_kill on v1) since the call began.
+	// The memory cgroup is the sandbox's (call cgroups exist in the pids
+	// hierarchy only), so concurrent calls of a long-lived sandbox share it.
 	oom := u.oomError == nil && u.oomKills > c.oomBefore
+	if oom {
+		res.OOMKills = int64(u.oomKills - c.oomBefore)
+	}
 	switch {
 	case c.timedOut:
 		res.ExitCode, res.ExitReason = sandbox.ExitTimeout, sandbox.ReasonTimeout
@@ -476,7 +501,12 @@ func (c *call) result() (*sandbox.Result, error) {
 			}
 		default:
 		}
-		return c.setupFail(err)
+		// What the process wrote before the sandbox went is kept.
+		r, err := c.setupFail(err)
+		r.TimeToFirstOutputMs, r.Truncated = res.TimeToFirstOutputMs, res.Truncated
+		r.Stdout, r.StdoutBytes, r.OutputFile = res.Stdout, res.StdoutBytes, res.OutputFile
+		r.Stderr, r.StderrBytes, r.StderrFile = res.Stderr, res.StderrBytes, res.StderrFile
+		return r, err
 	case c.exit.Signal != 0:
 		res.ExitCode, res.ExitReason, res.Signal = sandbox.ExitSignalBase+c.exit.Signal, sandbox.ReasonSignaled, c.exit.Signal
 	default:
@@ -560,11 +590,56 @@ func (c *call) attachPTY(fd int) {
 	}
 }
 
+// copyBuf is the size of one read of an output stream.
+const copyBuf = 32 << 10
+
+// maxPipeFallback bounds what a stream whose capacity cannot be read (a
+// pty) may still hold at the exit.
+const maxPipeFallback = 1 << 20
+
+// exited records that the process has exited (before drain sets the read
+// deadline): every byte it wrote is now in the pipe, at most its capacity
+// beyond what the copy has counted (and one read in flight).
+func (st *stream) exited() {
+	capacity := maxPipeFallback
+	if rc, err := st.r.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) {
+			if n, err := unix.FcntlInt(fd, unix.F_GETPIPE_SZ, 0); err == nil && n > 0 {
+				capacity = n
+			}
+		})
+	}
+	st.owed.Store(st.n.Load() + int64(capacity) + copyBuf)
+}
+
+// unread reports whether the copy must go on past the read deadline:
+// bytes wait in the pipe and they may be ones the process wrote before
+// it exited (the count has not reached owed). Bytes a background child
+// writes after that are not waited for.
+func (st *stream) unread() bool {
+	owed := st.owed.Load()
+	if owed == 0 || st.n.Load() >= owed {
+		return false
+	}
+	rc, err := st.r.SyscallConn()
+	if err != nil {
+		return false
+	}
+	waiting := 0
+	_ = rc.Control(func(fd uintptr) {
+		waiting, _ = unix.IoctlGetInt(int(fd), unix.TIOCINQ) // FIONREAD
+	})
+	return waiting > 0
+}
+
 // copy moves the stream to its writer, marking the first byte; a pty's
-// EIO at hang-up is its EOF.
+// EIO at hang-up is its EOF. After the exit, the read deadline drain sets
+// ends the copy only once the pipe is empty (or all it can have held at
+// the exit has been read): a deadline that passed while the copy was
+// slow must not leave the process's last bytes unread and uncounted.
 func (st *stream) copy(mark func()) {
 	defer close(st.done)
-	buf := make([]byte, 32<<10)
+	buf := make([]byte, copyBuf)
 	for {
 		n, err := st.r.Read(buf)
 		if n > 0 {
@@ -573,6 +648,10 @@ func (st *stream) copy(mark func()) {
 			_, _ = st.w.Write(buf[:n])
 		}
 		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) && false && st.unread() {
+				_ = st.r.SetReadDeadline(time.Now().Add(drainTimeout))
+				continue
+			}
 			break
 		}
 	}

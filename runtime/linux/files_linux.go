@@ -34,7 +34,20 @@ type sandboxFiles struct{ s *linuxSandbox }
 var _ sandbox.Files = (*sandboxFiles)(nil)
 
 func fileErr(op, path, code, msg string) *sandbox.FileError {
-	return &sandbox.FileError{Op: op, Path: path, Code: code, Message: msg}
+	return &sandbox.FileError{Op: opName(op), Path: path, Code: code, Message: msg}
+}
+
+// opName is the name errors give a guest file operation: the archive
+// operations by what the caller asked for (file.upload, file.download),
+// never the protocol's tar_in and tar_out.
+func opName(op string) string {
+	switch op {
+	case guest.FileTarIn:
+		return "upload"
+	case guest.FileTarOut:
+		return "download"
+	}
+	return op
 }
 
 // checkArgs validates a path (and a size limit, when max is not nil) before
@@ -100,9 +113,9 @@ func (c *fileCall) end() {
 // closedErr: the sandbox is shut down or its init is gone.
 func (c *fileCall) closedErr(cause error) error {
 	if cause == nil || errors.Is(cause, sandbox.ErrClosed) {
-		return fmt.Errorf("%s %s: %w", c.op.Op, c.path, sandbox.ErrClosed)
+		return fmt.Errorf("%s %s: %w", opName(c.op.Op), c.path, sandbox.ErrClosed)
 	}
-	return fmt.Errorf("%s %s: %w (%v)", c.op.Op, c.path, sandbox.ErrClosed, cause)
+	return fmt.Errorf("%s %s: %w (%v)", opName(c.op.Op), c.path, sandbox.ErrClosed, cause)
 }
 
 // send hands the request to the agent with the child's end of a stream,
@@ -201,7 +214,7 @@ func (f *sandboxFiles) ReadFile(ctx context.Context, path string, max int64) ([]
 	defer c.end()
 	pr, pw, err := os.Pipe()
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", op, path, err)
+		return nil, fmt.Errorf("%s %s: %w", opName(op), path, err)
 	}
 	defer pr.Close()
 	if err := c.send(pw); err != nil {
@@ -253,7 +266,7 @@ func (f *sandboxFiles) WriteFile(ctx context.Context, path string, r io.Reader, 
 			fe.Op, fe.Path = op, path
 			return 0, fe
 		}
-		return 0, fmt.Errorf("%s %s: %w", op, path, err)
+		return 0, fmt.Errorf("%s %s: %w", opName(op), path, err)
 	}
 	c, err := f.begin(ctx, &guest.FileOp{Op: op, Path: path, Mode: uint32(mode.Perm()), Max: max}, path)
 	if err != nil {
@@ -264,7 +277,7 @@ func (f *sandboxFiles) WriteFile(ctx context.Context, path string, r io.Reader, 
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		spool.Close()
-		return 0, fmt.Errorf("%s %s: %w", op, path, err)
+		return 0, fmt.Errorf("%s %s: %w", opName(op), path, err)
 	}
 	if err := c.send(pr); err != nil {
 		pw.Close()
@@ -415,7 +428,7 @@ func (f *sandboxFiles) PutTar(ctx context.Context, dir string, r io.Reader, max 
 	defer c.end()
 	pr, pw, err := os.Pipe()
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", op, dir, err)
+		return fmt.Errorf("%s %s: %w", opName(op), dir, err)
 	}
 	if err := c.send(pr); err != nil {
 		pw.Close()
@@ -433,7 +446,7 @@ func (f *sandboxFiles) PutTar(ctx context.Context, dir string, r io.Reader, max 
 	select {
 	case rerr := <-readErr:
 		if rerr != nil && err != nil {
-			return fmt.Errorf("%s %s: reading the archive: %w", op, dir, rerr)
+			return fmt.Errorf("%s %s: reading the archive: %w", opName(op), dir, rerr)
 		}
 	default:
 	}
@@ -477,7 +490,7 @@ func (f *sandboxFiles) GetTar(ctx context.Context, path string, w io.Writer, max
 	defer c.end()
 	pr, pw, err := os.Pipe()
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", op, path, err)
+		return fmt.Errorf("%s %s: %w", opName(op), path, err)
 	}
 	defer pr.Close()
 	if err := c.send(pw); err != nil {
@@ -491,7 +504,7 @@ func (f *sandboxFiles) GetTar(ctx context.Context, path string, w io.Writer, max
 	_, copyErr, err := c.await(ctx, copied, func() { pr.Close() })
 	switch {
 	case copyErr != nil && (err == nil || ctx.Err() == nil):
-		return fmt.Errorf("%s %s: writing the archive: %w", op, path, copyErr)
+		return fmt.Errorf("%s %s: writing the archive: %w", opName(op), path, copyErr)
 	case err != nil:
 		return err
 	}

@@ -2,6 +2,10 @@ package linux
 
 import (
 	"fmt"
+	"os"
+	"path"
+	"slices"
+	"strings"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
@@ -56,7 +60,7 @@ func harden(s *guest.Setup, mounts []guest.Mount, landlockABI int) error {
 	if err := threadPrctl(unix.PR_SET_NO_NEW_PRIVS, 1); err != nil {
 		return stageErr("no_new_privs", err)
 	}
-	if err := applyLandlock(mounts, s.MemoryWorkspace, len(s.Restrict) > 0, landlockABI); err != nil {
+	if err := applyLandlock(mounts, s, landlockABI); err != nil {
 		return stageErr("landlock", err)
 	}
 	prog, err := decodeBPF(s.Seccomp)
@@ -122,14 +126,17 @@ func loopbackUp() error {
 // whole tree readable and executable, writes only where the sandbox has
 // writable mounts, abstract Unix sockets and signals scoped to the sandbox.
 // With restrictions, a writable place may be gone from the view (beneath a
-// hidden directory): it gets no rule rather than failing the setup.
-func applyLandlock(mounts []guest.Mount, memoryWorkspace, restricted bool, abi int) error {
+// hidden directory): it gets no rule rather than failing the setup. With
+// s.WritableRoot (an imported template), the root's own entries are
+// writable too (rootWriteRules).
+func applyLandlock(mounts []guest.Mount, s *guest.Setup, abi int) error {
+	restricted := len(s.Restrict) > 0
 	cfg, err := landlockConfig(abi)
 	if err != nil {
 		return err
 	}
 	rw := []string{"/tmp", homeDir, "/dev/shm"}
-	if memoryWorkspace {
+	if s.MemoryWorkspace {
 		rw = append(rw, workspaceDir)
 	}
 	var rwFiles []string
@@ -142,6 +149,13 @@ func applyLandlock(mounts []guest.Mount, memoryWorkspace, restricted bool, abi i
 		} else {
 			rw = append(rw, m.Target)
 		}
+	}
+	if s.WritableRoot {
+		dirs, files, err := rootWriteRules("", rootWriteExclusions(mounts, s.Restrict), slices.Concat(rw, rwFiles))
+		if err != nil {
+			return err
+		}
+		rw, rwFiles = append(rw, dirs...), append(rwFiles, files...)
 	}
 	devFiles := []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"}
 	writable := landlock.RWDirs(rw...)
@@ -188,4 +202,93 @@ func landlockConfig(abi int) (landlock.Config, error) {
 	cfg := configs[abi]
 	cfg.HandledAccessNet = 0
 	return cfg, nil
+}
+
+// maxRootRules bounds the Landlock rules rootWriteRules makes.
+const maxRootRules = 4096
+
+// rootWriteExclusions are the paths of the root that stay unwritable under
+// Landlock when the root itself is writable: /dev, /proc and /sys (what the
+// sandbox may write there has rules of its own), every read-only bind, and
+// every hidden or read-only restricted path.
+func rootWriteExclusions(mounts []guest.Mount, restrict []guest.Restriction) []string {
+	ex := []string{"/dev", "/proc", "/sys"}
+	for _, m := range mounts {
+		if !m.Writable {
+			ex = append(ex, m.Target)
+		}
+	}
+	for _, r := range restrict {
+		if r.Mode != guest.RestrictPin {
+			ex = append(ex, r.Path)
+		}
+	}
+	return ex
+}
+
+// rootWriteRules returns the directories and regular files of the root
+// (read at fsRoot+path; fsRoot is "" in the init)
+// that get write rules so that everything in the root is writable but the
+// excluded paths and what lies beneath them. Landlock can only grant, and
+// a rule covers a whole hierarchy, so a directory holding an excluded path
+// gets no rule of its own: each of its entries gets one instead (and so
+// on down to the excluded path). "/" always holds /dev and /proc, so no
+// new entry can be made directly in "/" (nor in any directory that holds
+// an excluded path). Paths in granted (the writable places, which have
+// rules already) are left out, with what they hold. Symlinks, devices,
+// fifos and sockets get no rule; nothing is followed.
+//
+// Preconditions: called by the init after pivot_root, before any sandbox
+// process exists (nothing can change the tree under the walk).
+func rootWriteRules(fsRoot string, exclude, granted []string) (dirs, files []string, err error) {
+	isGranted := map[string]bool{}
+	for _, g := range granted {
+		isGranted[g] = true
+	}
+	isExcluded := map[string]bool{}
+	for _, e := range exclude {
+		isExcluded[e] = true
+	}
+	holdsExcluded := func(dir string) bool {
+		for _, e := range exclude {
+			if strings.HasPrefix(e, dir+"/") {
+				return true
+			}
+		}
+		return false
+	}
+	var walk func(dir string) error
+	walk = func(dir string) error {
+		ents, err := os.ReadDir(fsRoot + dir)
+		if err != nil {
+			return fmt.Errorf("writable root: %w", err)
+		}
+		for _, e := range ents {
+			p := path.Join(dir, e.Name())
+			if isGranted[p] || isExcluded[p] {
+				continue
+			}
+			switch t := e.Type(); {
+			case t.IsDir() && holdsExcluded(p):
+				if err := walk(p); err != nil {
+					return err
+				}
+				continue
+			case t.IsDir():
+				dirs = append(dirs, p)
+			case t.IsRegular():
+				files = append(files, p)
+			default:
+				continue
+			}
+			if len(dirs)+len(files) > maxRootRules {
+				return fmt.Errorf("writable root: more than %d entries beside read-only paths", maxRootRules)
+			}
+		}
+		return nil
+	}
+	if err := walk("/"); err != nil {
+		return nil, nil, err
+	}
+	return dirs, files, nil
 }

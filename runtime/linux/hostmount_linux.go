@@ -79,7 +79,7 @@ func openHostPath(what, p string) (int, *unix.Stat_t, error) {
 	case unix.S_IFDIR, unix.S_IFREG:
 	case unix.S_IFLNK:
 		unix.Close(fd)
-		return -1, nil, fmt.Errorf("%w: %s %s is a symlink", sandbox.ErrInvalidSpec, what, abs)
+		return -1, nil, fmt.Errorf("%w: %s %s is a symlink; bind the path it points to", sandbox.ErrInvalidSpec, what, abs)
 	default:
 		unix.Close(fd)
 		return -1, nil, fmt.Errorf("%w: %s %s is not a directory or regular file", sandbox.ErrInvalidSpec, what, abs)

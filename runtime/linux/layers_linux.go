@@ -9,8 +9,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/sandbox"
 )
 
 // Layers of the root overlay.
@@ -29,12 +32,13 @@ import (
 // on, layers are leased and collected when unused (see leaseLayer).
 const baseLayerVersion = "2"
 
-// layerFile is one entry of a base layer.
+// layerFile is one entry of a base layer. The name "" is the layer's root
+// directory itself (only its owner is set; its mode is 0755).
 type layerFile struct {
-	name    string
-	mode    os.FileMode // with os.ModeDir or os.ModeSymlink
-	owned   bool        // owned by the sandbox user
-	content string      // file content or symlink target
+	name     string
+	mode     os.FileMode // with os.ModeDir or os.ModeSymlink
+	uid, gid uint32      // the owner as the sandbox sees it (0: its root)
+	content  string      // file content or symlink target
 }
 
 // baseDirs are the directories every root has at its bottom: the mount
@@ -45,8 +49,8 @@ var baseDirs = []layerFile{
 	{name: "etc", mode: os.ModeDir | 0o755},
 	{name: "tmp", mode: os.ModeDir | os.ModeSticky | 0o777},
 	{name: "home", mode: os.ModeDir | 0o755},
-	{name: strings.TrimPrefix(homeDir, "/"), mode: os.ModeDir | 0o700, owned: true},
-	{name: strings.TrimPrefix(workspaceDir, "/"), mode: os.ModeDir | 0o755, owned: true},
+	{name: strings.TrimPrefix(homeDir, "/"), mode: os.ModeDir | 0o700, uid: sandboxUID, gid: sandboxGID},
+	{name: strings.TrimPrefix(workspaceDir, "/"), mode: os.ModeDir | 0o755, uid: sandboxUID, gid: sandboxGID},
 }
 
 // hostBaseLayer is the bottom layer of a host-template sandbox: the base
@@ -74,24 +78,146 @@ func hostBaseLayer(stateDir string) (string, error) {
 	return cachedLayer(filepath.Join(stateDir, "layers"), "host", files)
 }
 
+// templateUser is a template's user resolved against its /etc/passwd and
+// /etc/group (read once, for the base layer too).
+type templateUser struct {
+	uid, gid      uint32 // the template's user, as stored in its layer
+	passwd, group []byte
+}
+
+// resolveTemplateUser reads the template's passwd and group beneath
+// templateFD and resolves user (sandbox.RootFS.User) in them.
+func resolveTemplateUser(templateFD int, user string) (*templateUser, error) {
+	passwd, err := readBeneath(templateFD, "etc/passwd")
+	if err != nil {
+		return nil, err
+	}
+	group, err := readBeneath(templateFD, "etc/group")
+	if err != nil {
+		return nil, err
+	}
+	uid, gid, err := sandbox.ResolveImageUser(user, passwd, group)
+	if err != nil {
+		return nil, err
+	}
+	return &templateUser{uid: uid, gid: gid, passwd: passwd, group: group}, nil
+}
+
+// swaps reports whether the template layer needs an idmap of its own: its
+// user is not the sandbox user already.
+func (u *templateUser) swaps() bool { return u.uid != sandboxUID || u.gid != sandboxGID }
+
+// seen returns the ids a file stored with uid:gid in the template layer
+// has in the sandbox: the template's user and the sandbox user trade
+// places, every other id stays.
+func (u *templateUser) seen(uid, gid uint32) (uint32, uint32) {
+	return swapID(uid, u.uid, sandboxUID), swapID(gid, u.gid, sandboxGID)
+}
+
+func swapID(id, a, b uint32) uint32 {
+	switch id {
+	case a:
+		return b
+	case b:
+		return a
+	}
+	return id
+}
+
+// swapIDMap is the id map of the template layer's idmap: stored id k
+// appears as the sandbox's σ(k), where σ swaps id and sandboxID, on the
+// sandbox's host range starting at base. Without a swap it is the
+// sandbox's own map.
+func swapIDMap(base, id, sandboxID uint32) []syscall.SysProcIDMap {
+	lo, hi := min(id, sandboxID), max(id, sandboxID)
+	if lo == hi {
+		return []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(base), Size: uidsPer}}
+	}
+	var m []syscall.SysProcIDMap
+	ident := func(from, to uint32) { // [from, to)
+		if to > from {
+			m = append(m, syscall.SysProcIDMap{ContainerID: int(from), HostID: int(base + from), Size: int(to - from)})
+		}
+	}
+	ident(0, lo)
+	m = append(m, syscall.SysProcIDMap{ContainerID: int(lo), HostID: int(base + hi), Size: 1})
+	ident(lo+1, hi)
+	m = append(m, syscall.SysProcIDMap{ContainerID: int(hi), HostID: int(base + lo), Size: 1})
+	ident(hi+1, uidsPer)
+	return m
+}
+
+// swapUserns returns a user namespace whose maps are swapIDMap's, for the
+// template layer's idmapped mount: a short-lived holder process is started
+// in it and the namespace kept by descriptor.
+func swapUserns(start startFunc, base uint32, u *templateUser) (int, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return -1, err
+	}
+	defer r.Close()
+	defer w.Close()
+	p, err := start([]string{"moat", UsernsHoldArg}, []*os.File{r},
+		&syscall.SysProcAttr{
+			Cloneflags:  unix.CLONE_NEWUSER,
+			UidMappings: swapIDMap(base, u.uid, sandboxUID),
+			GidMappings: swapIDMap(base, u.gid, sandboxGID),
+			Pdeathsig:   syscall.SIGKILL,
+		})
+	if err != nil {
+		return -1, fmt.Errorf("template idmap user namespace: %w", err)
+	}
+	fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", p.pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	w.Close()
+	p.killAndWait()
+	if err != nil {
+		return -1, fmt.Errorf("template idmap user namespace: %w", err)
+	}
+	return fd, nil
+}
+
 // templateBaseLayer is the layer just above a template's root: the base
 // directories and the identity files (/etc/hostname, hosts, resolv.conf,
 // and the template's passwd and group with the sandbox user added where
 // they lack uid 1000). templateFD is the template root, read beneath
-// itself (its symlinks cannot reach the host).
-func templateBaseLayer(stateDir string, templateFD int, hostname string, hostDNS bool) (string, error) {
-	files := append([]layerFile(nil), baseDirs...)
+// itself (its symlinks cannot reach the host). The layer's root, etc,
+// home and tmp shadow the template's directories of those names (an
+// overlay shows a directory's owner and mode from its top layer), so they
+// take the template's owner (as the sandbox sees it, through u) and mode;
+// the identity files belong to the owner of /etc.
+func templateBaseLayer(stateDir string, templateFD int, hostname string, hostDNS bool, u *templateUser) (string, error) {
+	files := append([]layerFile{{name: "", mode: os.ModeDir | 0o755}}, baseDirs...)
+	for i, f := range files {
+		var st unix.Stat_t
+		var err error
+		switch f.name {
+		case "":
+			err = unix.Fstat(templateFD, &st)
+		case "etc", "home", "tmp":
+			err = unix.Fstatat(templateFD, f.name, &st, unix.AT_SYMLINK_NOFOLLOW)
+		default:
+			continue
+		}
+		if err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			continue // the template has none: moat's default
+		}
+		files[i].uid, files[i].gid = u.seen(st.Uid, st.Gid)
+		if f.name != "" {
+			files[i].mode = os.ModeDir | os.FileMode(st.Mode&0o777)
+			if st.Mode&unix.S_ISVTX != 0 {
+				files[i].mode |= os.ModeSticky
+			}
+		}
+	}
+	var etcUID, etcGID uint32
+	for _, f := range files {
+		if f.name == "etc" {
+			etcUID, etcGID = f.uid, f.gid
+		}
+	}
 	ids := etcFiles(hostname, sandboxUID, sandboxGID)
-	passwd, err := readBeneath(templateFD, "etc/passwd")
-	if err != nil {
-		return "", err
-	}
-	group, err := readBeneath(templateFD, "etc/group")
-	if err != nil {
-		return "", err
-	}
-	ids["passwd"] = withIdentity(passwd, ids["passwd"], sandboxUID, 2)
-	ids["group"] = withIdentity(group, ids["group"], sandboxGID, 2)
+	ids["passwd"] = withIdentity(u.passwd, ids["passwd"], sandboxUID, 2)
+	ids["group"] = withIdentity(u.group, ids["group"], sandboxGID, 2)
 	if hostDNS {
 		b, err := os.ReadFile("/etc/resolv.conf")
 		if err != nil {
@@ -100,7 +226,7 @@ func templateBaseLayer(stateDir string, templateFD int, hostname string, hostDNS
 		ids["resolv.conf"] = string(b)
 	}
 	for _, name := range []string{"passwd", "group", "hostname", "hosts", "resolv.conf"} {
-		files = append(files, layerFile{name: "etc/" + name, mode: 0o644, content: ids[name]})
+		files = append(files, layerFile{name: "etc/" + name, mode: 0o644, uid: etcUID, gid: etcGID, content: ids[name]})
 	}
 	return cachedLayer(filepath.Join(stateDir, "layers"), "tmpl", files)
 }
@@ -161,16 +287,28 @@ func readBeneath(dirFD int, rel string) ([]byte, error) {
 
 // cachedLayer returns parent/<kind><version>-<hash of files>, building it once: in a
 // temporary directory renamed into place, so a half-built layer is never
-// used. Entries are owned by root (stored id 0) or by the sandbox user
-// (stored id 1000).
+// used. Entries are stored with the ids the sandbox sees (0 its root,
+// 1000 its user).
 func cachedLayer(parent, kind string, files []layerFile) (string, error) {
 	key := []string{"v" + baseLayerVersion}
 	for _, f := range files {
-		key = append(key, fmt.Sprintf("%s\x00%o\x00%t\x00%s", f.name, uint32(f.mode), f.owned, f.content))
+		key = append(key, fmt.Sprintf("%s\x00%o\x00%d:%d\x00%s", f.name, uint32(f.mode), f.uid, f.gid, f.content))
 	}
 	return buildOnce(parent, kind+baseLayerVersion+"-"+contentName(key...), func(dir string) error {
+		// Layers hold entries owned by host ids 1000 and others (the
+		// sandbox's, stored unshifted); no host user may reach them. The
+		// host opens them by path as root; sandboxes get mounts.
+		if err := os.Chmod(parent, 0o700); err != nil {
+			return err
+		}
 		for _, f := range files {
 			p := filepath.Join(dir, f.name)
+			if f.name == "" { // the layer's root: its mode is buildOnce's
+				if err := os.Lchown(dir, int(f.uid), int(f.gid)); err != nil {
+					return err
+				}
+				continue
+			}
 			var err error
 			switch {
 			case f.mode&os.ModeDir != 0:
@@ -180,8 +318,8 @@ func cachedLayer(parent, kind string, files []layerFile) (string, error) {
 			default:
 				err = os.WriteFile(p, []byte(f.content), 0o600)
 			}
-			if err == nil && f.owned {
-				err = os.Lchown(p, sandboxUID, sandboxGID)
+			if err == nil && (f.uid != 0 || f.gid != 0) {
+				err = os.Lchown(p, int(f.uid), int(f.gid))
 			}
 			if err == nil && f.mode&os.ModeSymlink == 0 {
 				err = os.Chmod(p, f.mode&(os.ModePerm|os.ModeSticky))

@@ -84,3 +84,30 @@ func networkDescription(m sandbox.NetMode) string {
 	}
 	return "none (loopback only)"
 }
+
+// DetachNetwork turns a mode-proxy sandbox into a mode-none one (the
+// reverse of AttachNetwork): the egress proxy's listener inside its
+// network namespace and every connection through it are closed
+// (Egress.Close), so the namespace is loopback only again; processes
+// started from now on get no proxy environment. A mode-none sandbox is
+// left as it is; a mode-open one cannot leave the host's namespace
+// (ErrInvalidSpec).
+func (s *linuxSandbox) DetachNetwork() error {
+	s.mu.Lock()
+	switch s.netMode {
+	case sandbox.NetNone:
+		s.mu.Unlock()
+		return nil
+	case sandbox.NetOpen:
+		s.mu.Unlock()
+		return fmt.Errorf("%w: a sandbox in network mode open shares the host's network namespace and cannot leave it", sandbox.ErrInvalidSpec)
+	}
+	egress := s.egress
+	s.netMode, s.egress = sandbox.NetNone, nil
+	s.enforcement.Network = networkDescription(sandbox.NetNone)
+	s.mu.Unlock()
+	if egress != nil {
+		return egress.Close()
+	}
+	return nil
+}

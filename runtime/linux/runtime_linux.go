@@ -436,6 +436,9 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 			prep = <-preps
 		}
 		closeFDs(prep.cgFDs)
+		if prep.templateUserns >= 0 {
+			unix.Close(prep.templateUserns)
+		}
 		if retErr != nil {
 			prep.cg.destroy()
 			if prep.scratch != nil {
@@ -493,7 +496,7 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	if prep.err != nil {
 		return nil, prep.err
 	}
-	layerFDs, err := r.rootLayers(proc.pid, layerFiles, prep.baseLayer, root.Host)
+	layerFDs, err := r.rootLayers(proc.pid, layerFiles, prep.baseLayer, root.Host, prep.templateUserns)
 	if err != nil {
 		return nil, &sandbox.SetupError{Stage: "root layers", Err: err}
 	}
@@ -532,6 +535,7 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 		OneShot:         oneShot,
 		Restrict:        guestRestrictions(spec.Restrict),
 		SharedNet:       netMode == sandbox.NetOpen,
+		WritableRoot:    !root.Host,
 	}
 	fds := make([]int, len(trees))
 	for i, t := range trees {
@@ -597,7 +601,10 @@ type prepared struct {
 	baseLayer string
 	leases    []*layerLease // on etcLayer and baseLayer, held while the sandbox lives
 	scratch   *os.File
-	err       error
+	// templateUserns idmaps the template's layer when its user is not the
+	// sandbox user (see templateUser); -1 otherwise.
+	templateUserns int
+	err            error
 }
 
 // releaseLayers drops the leases on the layers (see layerLease).
@@ -626,7 +633,7 @@ type prepRequest struct {
 // the /etc and base layers and creates the scratch tmpfs. On error it
 // undoes what it did.
 func (r *Runtime) prepare(q prepRequest) *prepared {
-	p := &prepared{}
+	p := &prepared{templateUserns: -1}
 	var err error
 	if p.cg, err = newCgroup(q.layout, q.slot, q.limits, q.longLived); err != nil {
 		p.err = &sandbox.SetupError{Stage: "cgroup", Err: err}
@@ -639,7 +646,10 @@ func (r *Runtime) prepare(q prepRequest) *prepared {
 		if p.scratch != nil {
 			p.scratch.Close()
 		}
-		return &prepared{err: &sandbox.SetupError{Stage: stage, Err: err}}
+		if p.templateUserns >= 0 {
+			unix.Close(p.templateUserns)
+		}
+		return &prepared{templateUserns: -1, err: &sandbox.SetupError{Stage: stage, Err: err}}
 	}
 	if p.cgFDs, err = p.cg.taskFDs(); err != nil {
 		return fail("cgroup", err)
@@ -666,11 +676,24 @@ func (r *Runtime) prepare(q prepRequest) *prepared {
 		}
 		p.etcLayer, p.leases = l.path, append(p.leases, l)
 	}
+	var tu *templateUser
+	if !q.root.Host {
+		// The template's user owns, as the sandbox user, what it owns
+		// in the template's layer.
+		if tu, err = resolveTemplateUser(q.templateFD, q.root.User); err != nil {
+			return fail("template user", err)
+		}
+		if tu.swaps() {
+			if p.templateUserns, err = swapUserns(r.startChild, q.base, tu); err != nil {
+				return fail("template user", err)
+			}
+		}
+	}
 	l, err := leaseLayer(perHost && !q.root.Host, func() (string, error) {
 		if q.root.Host {
 			return hostBaseLayer(r.stateDir)
 		}
-		return templateBaseLayer(r.stateDir, q.templateFD, q.hostname, hostDNS)
+		return templateBaseLayer(r.stateDir, q.templateFD, q.hostname, hostDNS, tu)
 	})
 	if err != nil {
 		return fail("base layer", err)
@@ -685,8 +708,9 @@ func (r *Runtime) prepare(q prepRequest) *prepared {
 // rootLayers returns the root overlay's lower layers, top first, as
 // detached idmapped mounts for the init with pid: the spec's layers with
 // the base layer at the bottom (host template) or just above the
-// template's root.
-func (r *Runtime) rootLayers(pid int, layers []*os.File, baseLayer string, host bool) (_ []int, retErr error) {
+// template's root. The template's root is idmapped through templateUserns
+// when it is not -1, every other layer through the sandbox's namespace.
+func (r *Runtime) rootLayers(pid int, layers []*os.File, baseLayer string, host bool, templateUserns int) (_ []int, retErr error) {
 	userns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox user namespace: %w", err)
@@ -718,8 +742,12 @@ func (r *Runtime) rootLayers(pid int, layers []*os.File, baseLayer string, host 
 			closeFDs(fds)
 		}
 	}()
-	for _, l := range order {
-		fd, err := idmapLayer(l.fd, userns, l.name)
+	for i, l := range order {
+		ns := userns
+		if !host && i == len(order)-1 && templateUserns >= 0 {
+			ns = templateUserns
+		}
+		fd, err := idmapLayer(l.fd, ns, l.name)
 		if err != nil {
 			return nil, err
 		}
@@ -738,8 +766,16 @@ func rootDescription(root *sandbox.RootFS, upperBytes int64) string {
 	if !root.Host {
 		snapshots-- // the bottom layer is the template's root
 	}
-	return fmt.Sprintf("overlay: template %s, %d snapshot layer(s), idmapped read-only lower layers, private upper layer (tmpfs, %d bytes)",
+	d := fmt.Sprintf("overlay: template %s, %d snapshot layer(s), idmapped read-only lower layers, private upper layer (tmpfs, %d bytes)",
 		name, snapshots, upperBytes)
+	if !root.Host {
+		user := root.User
+		if user == "" {
+			user = "root"
+		}
+		d += fmt.Sprintf("; writable root (the template's user %q owns as uid %d; not /dev, /proc, read-only binds)", user, sandboxUID)
+	}
+	return d
 }
 
 // defaultEnv is the environment every process starts from; the host's

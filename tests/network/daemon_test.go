@@ -298,17 +298,19 @@ func TestDaemonNetwork(t *testing.T) {
 		} {
 			sb, err := bare.agent.CreateSandbox(ctx, api.CreateSandbox{Network: &api.Network{Mode: "proxy", AllowDomains: []string{c.allow}}})
 			var ae *api.Error
-			if errors.As(err, &ae) && ae.Code == api.CodeInvalidArgument && api.HTTPStatus(ae) == http.StatusBadRequest {
+			// Without the managed policy's allow_cidr_entries: 403
+			// policy_denied naming that key.
+			if errors.As(err, &ae) && ae.Code == api.CodePolicyDenied && api.HTTPStatus(ae) == http.StatusForbidden && strings.HasPrefix(ae.Rule, "allow_cidr_entries") {
 				continue
 			}
 			if err != nil {
-				t.Errorf("create with allow_domains [%q]: %v, want 400 invalid_argument", c.allow, err)
+				t.Errorf("create with allow_domains [%q]: %v, want 403 policy_denied (allow_cidr_entries)", c.allow, err)
 				continue
 			}
 			// Accepted: show what the caller gained.
 			got := curlExec(t, ctx, sb, []string{"--noproxy", "", "-m", "2", c.url})
 			sb.Delete(ctx)
-			t.Errorf("ESCAPE: create with allow_domains [%q] was accepted, want 400 invalid_argument; "+
+			t.Errorf("ESCAPE: create with allow_domains [%q] was accepted, want 403 policy_denied; "+
 				"through its proxy %s got: %s", c.allow, c.url, got[0])
 		}
 		_, err := bare.agent.CreateSandbox(ctx, api.CreateSandbox{Network: &api.Network{Mode: "open"}})

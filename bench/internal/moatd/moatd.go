@@ -171,11 +171,30 @@ func (d *Daemon) LogProblems() (lines, n int, first []string) {
 	return d.lines, d.problems, append([]string(nil), d.firstBad...)
 }
 
+// DataDir is the daemon's data directory (its moat.db, audit/, output/,
+// tokens): for a benchmark that reads what the daemon wrote. Stop removes
+// it; StopKeep leaves it until RemoveData.
+func (d *Daemon) DataDir() string { return d.dataDir }
+
 // Stop sends SIGTERM and waits for the daemon to exit; it returns how long
 // that took and an error unless it exited 0 within timeout (then it is
 // killed). The data directory is removed either way.
 func (d *Daemon) Stop(timeout time.Duration) (time.Duration, error) {
 	defer d.cleanup()
+	return d.stop(timeout)
+}
+
+// StopKeep is Stop without removing the data directory, so that what the
+// daemon wrote as it stopped (its last audit events) can be read; the
+// caller removes it with RemoveData.
+func (d *Daemon) StopKeep(timeout time.Duration) (time.Duration, error) {
+	return d.stop(timeout)
+}
+
+// RemoveData removes the data directory of a daemon stopped by StopKeep.
+func (d *Daemon) RemoveData() { d.cleanup() }
+
+func (d *Daemon) stop(timeout time.Duration) (time.Duration, error) {
 	begin := time.Now()
 	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return 0, err

@@ -1,0 +1,376 @@
+package main
+
+// moat completion bash|zsh|fish: shell completion scripts generated from
+// the command tree (commands(), the subcommands of each group and the
+// flags their setup declares), so that they follow the CLI as it changes.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/pflag"
+)
+
+const completionLong = `Print a script that makes the shell complete moat's commands, subcommands
+and flags (paths elsewhere). Load it in the current shell, or install it
+for every new one:
+
+  bash:  source <(moat completion bash)
+         moat completion bash > /etc/bash_completion.d/moat
+         (needs the bash-completion package; or source it from ~/.bashrc)
+  zsh:   source <(moat completion zsh)        (after compinit)
+         moat completion zsh > "${fpath[1]}/_moat"
+  fish:  moat completion fish | source
+         moat completion fish > ~/.config/fish/completions/moat.fish`
+
+func completionCommand() *command {
+	return &command{
+		name:  "completion",
+		usage: "bash|zsh|fish",
+		short: "Print a shell completion script (bash, zsh, fish)",
+		long:  completionLong,
+		setup: func(*pflag.FlagSet) {},
+		run: func(_ context.Context, args []string) error {
+			if len(args) != 1 {
+				return usageError("completion takes one shell: bash, zsh or fish")
+			}
+			tree := completionTree()
+			switch args[0] {
+			case "bash":
+				return writeBash(os.Stdout, tree)
+			case "zsh":
+				return writeZsh(os.Stdout, tree)
+			case "fish":
+				return writeFish(os.Stdout, tree)
+			}
+			return usageError("completion: unknown shell %q (want bash, zsh or fish)", args[0])
+		},
+	}
+}
+
+// compNode is one command of the tree: its flags and its subcommands.
+type compNode struct {
+	name, short string
+	flags       []compFlag
+	subs        []*compNode
+}
+
+type compFlag struct {
+	long, short, usage string
+	value              bool // takes a value
+}
+
+// groupSubcommands are the subcommands of the commands made of
+// subcommands; moat policy's words are its own.
+func groupSubcommands(name string) []*command {
+	var sio sandboxIO
+	switch name {
+	case "sandbox":
+		return sandboxSubcommands(sio)
+	case "snapshot":
+		return snapshotSubcommands(sio)
+	case "template":
+		return templateSubcommands(sio)
+	case "approvals":
+		return approvalsSubcommands(sio)
+	case "policy":
+		return []*command{
+			{name: "check", short: "Validate policy files"},
+			{name: "explain", short: "Explain what a policy decides and what a sandbox gets"},
+		}
+	}
+	return nil
+}
+
+// completionTree is the root: the commands, and moat's own flags.
+func completionTree() *compNode {
+	root := &compNode{name: "moat", flags: []compFlag{{long: "help", usage: "show help"}, {long: "version", usage: "print the version"}}}
+	for _, c := range commands() {
+		n := compNodeOf(c)
+		for _, s := range groupSubcommands(c.name) {
+			sn := compNodeOf(s)
+			if s.setup == nil { // moat policy's words take its flags
+				sn.flags = n.flags
+			}
+			n.subs = append(n.subs, sn)
+		}
+		if c.name == "completion" {
+			for _, sh := range []string{"bash", "fish", "zsh"} {
+				n.subs = append(n.subs, &compNode{name: sh, short: sh + " completion script"})
+			}
+		}
+		root.subs = append(root.subs, n)
+	}
+	return root
+}
+
+func compNodeOf(c *command) *compNode {
+	n := &compNode{name: c.name, short: c.short}
+	if c.setup == nil {
+		return n
+	}
+	fl := pflag.NewFlagSet(c.name, pflag.ContinueOnError)
+	c.setup(fl)
+	fl.VisitAll(func(f *pflag.Flag) {
+		_, usage := pflag.UnquoteUsage(f)
+		n.flags = append(n.flags, compFlag{long: f.Name, short: f.Shorthand, usage: usage, value: f.Value.Type() != "bool"})
+	})
+	n.flags = append(n.flags, compFlag{long: "help", short: "h", usage: "show help"})
+	return n
+}
+
+// groups are the commands whose first argument is a subcommand.
+func (n *compNode) groups() []string {
+	var g []string
+	for _, c := range n.subs {
+		if len(c.subs) > 0 && c.name != "completion" {
+			g = append(g, c.name)
+		}
+	}
+	return g
+}
+
+// leaves yields every command that takes flags, with its path ("run",
+// "sandbox exec") and its subcommand words, if any.
+func (n *compNode) leaves(yield func(path string, c *compNode)) {
+	for _, c := range n.subs {
+		yield(c.name, c)
+		for _, s := range c.subs {
+			if len(s.flags) > 0 {
+				yield(c.name+" "+s.name, s)
+			}
+		}
+	}
+}
+
+func names(ns []*compNode) []string {
+	out := make([]string, len(ns))
+	for i, n := range ns {
+		out[i] = n.name
+	}
+	return out
+}
+
+// flagWords are the words of a command's flags (--json, -e), and of those
+// taking a value.
+func flagWords(fs []compFlag) (all, value []string) {
+	for _, f := range fs {
+		w := []string{"--" + f.long}
+		if f.short != "" {
+			w = append(w, "-"+f.short)
+		}
+		all = append(all, w...)
+		if f.value {
+			value = append(value, w...)
+		}
+	}
+	return all, value
+}
+
+func writeBash(w io.Writer, root *compNode) error {
+	var b strings.Builder
+	groups := strings.Join(root.groups(), "|")
+	fmt.Fprintf(&b, `# bash completion for moat, generated by 'moat completion bash'.
+# Load: source <(moat completion bash); install: moat completion bash > /etc/bash_completion.d/moat
+
+_moat() {
+    local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}
+    local cmd= sub= i w
+    for ((i = 1; i < COMP_CWORD; i++)); do
+        w=${COMP_WORDS[i]}
+        [[ $w == -* ]] && continue
+        if [[ -z $cmd ]]; then
+            cmd=$w
+            case $cmd in %s) ;; *) break ;; esac
+        else
+            sub=$w
+            break
+        fi
+    done
+    local words= flags= vflags=
+    case "$cmd $sub" in
+`, groups)
+	rootFlags, _ := flagWords(root.flags)
+	fmt.Fprintf(&b, "    \" \") words=%q; flags=%q ;;\n", strings.Join(names(root.subs), " "), strings.Join(rootFlags, " "))
+	root.leaves(func(path string, c *compNode) {
+		all, value := flagWords(c.flags)
+		key := path
+		if !strings.Contains(path, " ") {
+			key += " "
+		}
+		fmt.Fprintf(&b, "    %q) flags=%q; vflags=%q", key, strings.Join(all, " "), strings.Join(value, " "))
+		if len(c.subs) > 0 {
+			words := names(c.subs)
+			if c.name != "completion" && c.name != "policy" {
+				words = append(words, "help")
+			}
+			fmt.Fprintf(&b, "; words=%q", strings.Join(words, " "))
+		}
+		b.WriteString(" ;;\n")
+	})
+	b.WriteString(`    esac
+    if [[ -n $vflags && " $vflags " == *" $prev "* ]]; then
+        return 0 # a flag's value: paths (complete -o default)
+    fi
+    if [[ $cur == -* ]]; then
+        COMPREPLY=($(compgen -W "$flags" -- "$cur"))
+    elif [[ -n $words ]]; then
+        COMPREPLY=($(compgen -W "$words" -- "$cur"))
+    fi
+}
+complete -o default -F _moat moat
+`)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// zshQuote single-quotes s for zsh.
+func zshQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+func zshWords(ws []string) string {
+	q := make([]string, len(ws))
+	for i, s := range ws {
+		q[i] = zshQuote(s)
+	}
+	return strings.Join(q, " ")
+}
+
+// described are name:description words for _describe.
+func described(ns []*compNode) []string {
+	out := make([]string, len(ns))
+	for i, n := range ns {
+		out[i] = n.name + ":" + oneLine(n.short)
+	}
+	return out
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+func writeZsh(w io.Writer, root *compNode) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, `#compdef moat
+# zsh completion for moat, generated by 'moat completion zsh'.
+# Load: source <(moat completion zsh); install: moat completion zsh > "${fpath[1]}/_moat"
+
+_moat() {
+  local cmd= sub= w i
+  for (( i = 2; i < CURRENT; i++ )); do
+    w=${words[i]}
+    [[ $w == -* ]] && continue
+    if [[ -z $cmd ]]; then
+      cmd=$w
+      case $cmd in
+        (%s) ;;
+        (*) break ;;
+      esac
+    else
+      sub=$w
+      break
+    fi
+  done
+  local -a cands flags vflags
+  case "$cmd $sub" in
+`, strings.Join(root.groups(), "|"))
+	rootFlags, _ := flagWords(root.flags)
+	fmt.Fprintf(&b, "    (' ') cands=(%s); flags=(%s) ;;\n", zshWords(described(root.subs)), zshWords(rootFlags))
+	root.leaves(func(path string, c *compNode) {
+		all, value := flagWords(c.flags)
+		key := path
+		if !strings.Contains(path, " ") {
+			key += " "
+		}
+		fmt.Fprintf(&b, "    (%s) flags=(%s); vflags=(%s)", zshQuote(key), zshWords(all), zshWords(value))
+		if len(c.subs) > 0 {
+			fmt.Fprintf(&b, "; cands=(%s)", zshWords(described(c.subs)))
+		}
+		b.WriteString(" ;;\n")
+	})
+	b.WriteString(`  esac
+  if (( ${vflags[(Ie)${words[CURRENT-1]}]} )); then
+    _files
+    return
+  fi
+  if [[ ${words[CURRENT]} == -* ]]; then
+    compadd -- $flags
+  elif (( ${#cands} )); then
+    _describe -t commands 'moat command' cands
+  else
+    _files
+  fi
+}
+
+if [ "$funcstack[1]" = "_moat" ]; then
+  _moat "$@"
+else
+  compdef _moat moat
+fi
+`)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// fishQuote single-quotes s for fish.
+func fishQuote(s string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
+}
+
+func writeFish(w io.Writer, root *compNode) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, `# fish completion for moat, generated by 'moat completion fish'.
+# Load: moat completion fish | source; install: moat completion fish > ~/.config/fish/completions/moat.fish
+
+# __moat_path prints the command and subcommand typed so far ("", "run",
+# "sandbox", "sandbox exec").
+function __moat_path
+    set -l toks (commandline -opc)
+    set -e toks[1]
+    set -l out
+    for t in $toks
+        string match -q -- '-*' $t; and continue
+        set -a out $t
+        if test (count $out) -ge 2; or not contains -- $out[1] %s
+            break
+        end
+    end
+    echo "$out"
+end
+
+# __moat_is PATH... succeeds when what is typed so far is PATH.
+function __moat_is
+    set -l p (__moat_path)
+    test "$p" = "$argv"
+end
+
+`, strings.Join(root.groups(), " "))
+	flagLines := func(cond string, fs []compFlag) {
+		for _, f := range fs {
+			fmt.Fprintf(&b, "complete -c moat -n %s -l %s", fishQuote(cond), f.long)
+			if f.short != "" {
+				fmt.Fprintf(&b, " -s %s", f.short)
+			}
+			if f.value {
+				b.WriteString(" -r")
+			}
+			if f.usage != "" {
+				fmt.Fprintf(&b, " -d %s", fishQuote(oneLine(f.usage)))
+			}
+			b.WriteString("\n")
+		}
+	}
+	flagLines("__moat_is", root.flags)
+	for _, c := range root.subs {
+		fmt.Fprintf(&b, "complete -c moat -f -n '__moat_is' -a %s -d %s\n", c.name, fishQuote(oneLine(c.short)))
+	}
+	root.leaves(func(path string, c *compNode) {
+		cond := "__moat_is " + path
+		flagLines(cond, c.flags)
+		for _, s := range c.subs {
+			fmt.Fprintf(&b, "complete -c moat -f -n %s -a %s -d %s\n", fishQuote(cond), s.name, fishQuote(oneLine(s.short)))
+		}
+	})
+	_, err := io.WriteString(w, b.String())
+	return err
+}
