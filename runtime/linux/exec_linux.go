@@ -648,7 +648,7 @@ func (st *stream) copy(mark func()) {
 			_, _ = st.w.Write(buf[:n])
 		}
 		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) && false && st.unread() {
+			if errors.Is(err, os.ErrDeadlineExceeded) && st.unread() {
 				_ = st.r.SetReadDeadline(time.Now().Add(drainTimeout))
 				continue
 			}
