@@ -12,6 +12,7 @@ import (
 
 	"github.com/moat-sandbox/moat/api"
 	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/output"
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
@@ -225,7 +226,7 @@ func (s *Service) upload(ctx context.Context, c Caller, in *input) (any, error) 
 	if err != nil {
 		return nil, err
 	}
-	body := &countingReader{r: in.bodyOr(req.Content)}
+	body := &output.CountingReader{R: in.bodyOr(req.Content)}
 	// The entries are judged one by one as the stream passes (see
 	// judgeTar), not the directory: extracting writes below it.
 	return s.fileOp(ctx, c, in, "file.upload", req.Sandbox, true, nil, func(ctx context.Context, m *managed, f sandbox.Files) (any, any, error) {
@@ -238,7 +239,7 @@ func (s *Service) upload(ctx context.Context, c Caller, in *input) (any, error) 
 		if err != nil {
 			return nil, nil, tooBig(err, s.cfg.MaxFileBytes)
 		}
-		return &api.Written{Path: req.Path, Size: body.n}, map[string]int64{"tar_bytes": body.n, "entries": int64(judged)}, nil
+		return &api.Written{Path: req.Path, Size: body.N}, map[string]int64{"tar_bytes": body.N, "entries": int64(judged)}, nil
 	})
 }
 
@@ -334,32 +335,10 @@ func (s *Service) download(ctx context.Context, c Caller, in *input) (any, error
 		return nil, err
 	}
 	return s.fileOp(ctx, c, in, "file.download", req.Sandbox, false, []string{req.Path}, func(ctx context.Context, m *managed, f sandbox.Files) (any, any, error) {
-		w := &countingWriter{w: in.out}
+		w := &output.CountingWriter{W: in.out}
 		if err := f.GetTar(ctx, req.Path, w, max); err != nil {
 			return nil, nil, err
 		}
-		return &api.FileContent{Path: req.Path, Size: w.n}, map[string]int64{"tar_bytes": w.n}, nil
+		return &api.FileContent{Path: req.Path, Size: w.N}, map[string]int64{"tar_bytes": w.N}, nil
 	})
-}
-
-type countingReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
-}
-
-type countingWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
 }

@@ -143,22 +143,9 @@ func run(argv []string, stdout, stderr io.Writer) int {
 	if rep.Failed {
 		code = 1
 	}
-	if o.jsonPath != "" {
-		if err := machine.WriteJSON(o.jsonPath, rep); err != nil {
-			logf("%v", err)
-			code = 1
-		} else {
-			logf("wrote %s", o.jsonPath)
-		}
-	}
 	md := markdown(rep)
-	if o.mdPath != "" {
-		if err := os.WriteFile(o.mdPath, []byte(md), 0o644); err != nil {
-			logf("%v", err)
-			code = 1
-		} else {
-			logf("wrote %s", o.mdPath)
-		}
+	if !machine.WriteResults(o.jsonPath, o.mdPath, rep, md, logf) {
+		code = 1
 	}
 	fmt.Fprint(stdout, md)
 	return code

@@ -19,6 +19,7 @@ import (
 	"github.com/moat-sandbox/moat/client"
 	"github.com/moat-sandbox/moat/display"
 	"github.com/moat-sandbox/moat/fstree"
+	"github.com/moat-sandbox/moat/output"
 )
 
 // moat sandbox cp.
@@ -125,18 +126,6 @@ func sbCopy(sio sandboxIO) *command {
 			return printJSONTo(sio.stdout, sum)
 		},
 	}
-}
-
-// countingWriter counts what goes through it.
-type countingWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
 }
 
 // splitRemote reads SANDBOX:PATH; a host path with a colon can be written
@@ -362,14 +351,14 @@ func copyIn(ctx context.Context, sio sandboxIO, sb *client.Sandbox, src, dst str
 			return usageError("cp: cannot copy a directory to %q", dst)
 		}
 		sum.Path, sum.Archive = path.Join(dir, name), true
-		cw := &countingWriter{}
+		cw := &output.CountingWriter{}
 		err := pipe(func(w io.Writer) error {
-			cw.w = w
+			cw.W = w
 			return writeTar(cw, h.fd, h.name, name, src, sio.stderr)
 		}, func(r io.Reader) error {
 			return sb.Upload(ctx, dir, r)
 		})
-		sum.Bytes = cw.n
+		sum.Bytes = cw.N
 		return err
 	}
 	return fmt.Errorf("%s is neither a regular file, a directory nor a symlink (FIFOs, sockets and devices are not copied)", src)
@@ -578,14 +567,14 @@ func copyOut(ctx context.Context, sio sandboxIO, sb *client.Sandbox, src, dst st
 		return err
 	}
 	sum.Archive = true
-	cw := &countingWriter{}
+	cw := &output.CountingWriter{}
 	err = pipe(func(w io.Writer) error {
-		cw.w = w
+		cw.W = w
 		return sb.Download(ctx, src, cw)
 	}, func(r io.Reader) error {
 		return extractTar(r, dir, name, sio.stderr)
 	})
-	sum.Bytes = cw.n
+	sum.Bytes = cw.N
 	return err
 }
 

@@ -118,3 +118,24 @@ func WriteJSON(path string, v any) error {
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
+
+// WriteResults writes a benchmark's results: v as JSON to jsonPath and md
+// to mdPath, each only when its path is set, logging each file written or
+// each failure through logf. It reports whether everything was written.
+func WriteResults(jsonPath, mdPath string, v any, md string, logf func(format string, a ...any)) bool {
+	ok := true
+	write := func(path string, fn func() error) {
+		if path == "" {
+			return
+		}
+		if err := fn(); err != nil {
+			logf("%v", err)
+			ok = false
+			return
+		}
+		logf("wrote %s", path)
+	}
+	write(jsonPath, func() error { return WriteJSON(jsonPath, v) })
+	write(mdPath, func() error { return os.WriteFile(mdPath, []byte(md), 0o644) })
+	return ok
+}
