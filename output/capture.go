@@ -5,7 +5,6 @@
 package output
 
 import (
-	"bytes"
 	"io"
 	"strconv"
 	"strings"
@@ -36,7 +35,7 @@ type Capture struct {
 	total int64
 
 	acct     *Account
-	spillTo  func(kept []byte) io.Writer
+	spillTo  func() io.Writer
 	spill    io.Writer
 	starved  bool
 	released bool
@@ -51,10 +50,12 @@ func NewCapture(limit int) *Capture {
 }
 
 // SetBudget charges the capture's buffers to acct. spill, if not nil, is
-// called once, when the budget first refuses, with the bytes kept so far
-// (as String returns them); the writer it returns receives every later
-// byte of the stream. Call it before the first Write.
-func (c *Capture) SetBudget(acct *Account, spill func(kept []byte) io.Writer) {
+// called once, when the budget first refuses; the writer it returns
+// receives the bytes kept so far (the whole stream until then: nothing is
+// dropped before the buffers reach their limit), straight from the
+// buffers, then every later byte of the stream. Call it before the first
+// Write.
+func (c *Capture) SetBudget(acct *Account, spill func() io.Writer) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.acct, c.spillTo = acct, spill
@@ -84,8 +85,10 @@ func (c *Capture) growTo(buf *[]byte, need, limit int) bool {
 
 // starve freezes the buffers at what they hold, and starts the spill with
 // the bytes kept before the pending ones (those of the write under way,
-// already counted in total, which the spill takes next).
-func (c *Capture) starve(pending int) {
+// which the spill takes next). The budget refuses only while the buffers
+// grow, before any byte is dropped: what they hold is the whole stream so
+// far, written to the spill from the buffers themselves, without a copy.
+func (c *Capture) starve() {
 	c.starved = true
 	c.hcap = len(c.head)
 	if !c.full {
@@ -93,11 +96,10 @@ func (c *Capture) starve(pending int) {
 		c.full, c.pos = c.tcap > 0, 0
 	}
 	if c.spillTo != nil {
-		var b bytes.Buffer
-		c.total -= int64(pending)
-		c.writeKept(&b)
-		c.total += int64(pending)
-		c.spill = c.spillTo(b.Bytes())
+		c.spill = c.spillTo()
+		_, _ = c.spill.Write(c.head)
+		_, _ = c.spill.Write(c.tail[c.pos:])
+		_, _ = c.spill.Write(c.tail[:c.pos])
 	}
 }
 
@@ -113,7 +115,7 @@ func (c *Capture) Write(p []byte) (int, error) {
 	if room := c.hcap - len(c.head); room > 0 {
 		k := min(room, len(p))
 		if !c.starved && !c.growTo(&c.head, len(c.head)+k, c.hcap) {
-			c.starve(len(p))
+			c.starve()
 		}
 		if !c.starved {
 			c.head = append(c.head, p[:k]...)
@@ -131,7 +133,7 @@ func (c *Capture) Write(p []byte) (int, error) {
 	}
 	if !c.full && !c.starved {
 		if !c.growTo(&c.tail, min(tc, len(c.tail)+len(p)), tc) {
-			c.starve(len(p))
+			c.starve()
 			if c.spill != nil {
 				_, _ = c.spill.Write(p)
 			}
@@ -210,12 +212,61 @@ func (c *Capture) Release() string {
 	defer c.mu.Unlock()
 	var b strings.Builder
 	c.writeKept(&b)
+	c.discardLocked()
+	return b.String()
+}
+
+// WriteKept writes the kept bytes, as String returns them, to w without
+// making a copy of them: the head, the marker and the tail in pieces.
+// Call it once the stream is written.
+func (c *Capture) WriteKept(w io.Writer) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.kept() {
+		if _, err := w.Write(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// KeptLen is the length of what String returns.
+func (c *Capture) KeptLen() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, p := range c.kept() {
+		n += len(p)
+	}
+	return n
+}
+
+// kept is the kept bytes in order, in pieces; c.mu is held.
+func (c *Capture) kept() [][]byte {
+	var marker []byte
+	if kept := int64(len(c.head) + len(c.tail)); c.total > kept {
+		marker = []byte("\n[... " + strconv.FormatInt(c.total-kept, 10) + " bytes truncated ...]\n")
+	}
+	if c.full {
+		return [][]byte{c.head, marker, c.tail[c.pos:], c.tail[:c.pos]}
+	}
+	return [][]byte{c.head, marker, c.tail}
+}
+
+// Discard frees the buffers and gives their bytes back to the budget, as
+// Release does, without returning the kept bytes.
+func (c *Capture) Discard() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.discardLocked()
+}
+
+func (c *Capture) discardLocked() {
 	if !c.released {
 		c.released = true
 		c.head, c.tail, c.full, c.pos, c.hcap, c.tcap = nil, nil, false, 0, 0, 0
 		c.acct.Close()
 	}
-	return b.String()
 }
 
 // writeKept writes the kept bytes to b, sized once; c.mu is held.

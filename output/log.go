@@ -83,25 +83,26 @@ func (l *Log) append(stream string, p []byte) {
 	l.total += int64(len(p))
 	defer l.notify()
 	// Room first, within the log's own size and the budget: the oldest
-	// chunks go.
+	// chunks go. The budget is charged what a chunk's copy takes in
+	// memory (its size class, up to 1/8 more than its bytes).
 	drop := 0
 	for l.bytes+len(p) > l.max && drop < len(l.chunks) {
 		l.bytes -= len(l.chunks[drop].Data)
-		l.acct.Shrink(len(l.chunks[drop].Data))
+		l.acct.Shrink(cap(l.chunks[drop].Data))
 		drop++
 	}
-	for !l.acct.Grow(len(p)) {
+	data := append([]byte(nil), p...)
+	for !l.acct.Grow(cap(data)) {
 		if drop == len(l.chunks) {
 			// Nothing left to drop: this chunk is lost.
 			l.dropFront(drop)
 			return
 		}
 		l.bytes -= len(l.chunks[drop].Data)
-		l.acct.Shrink(len(l.chunks[drop].Data))
+		l.acct.Shrink(cap(l.chunks[drop].Data))
 		drop++
 	}
 	l.dropFront(drop)
-	data := append([]byte(nil), p...)
 	l.chunks = append(l.chunks, Chunk{Seq: seq, Stream: stream, Data: data, Off: off})
 	l.bytes += len(data)
 }
@@ -178,25 +179,39 @@ func (l *Log) Close() {
 	}
 }
 
-// Read returns the retained chunks numbered after `after`, waiting until
-// there is at least one, the log is closed, or ctx ends. done is true when
-// the log is closed and nothing more will come after the returned chunks.
-// lost is true when chunks after `after` were already dropped to keep the
-// log within its size: the returned chunks then start later than after+1.
+// MaxReadBytes bounds the data of the chunks one Read returns (it returns
+// at least one chunk): a reader holds the chunks it was given until it
+// has sent them, and the ones the log drops meanwhile are no longer
+// charged to its budget.
+const MaxReadBytes = 64 << 10
+
+// Read returns the retained chunks numbered after `after`, at most
+// MaxReadBytes of them (at least one), waiting until there is at least
+// one, the log is closed, or ctx ends. done is true when the log is
+// closed and nothing more will come after the returned chunks. lost is
+// true when chunks after `after` were already dropped to keep the log
+// within its size: the returned chunks then start later than after+1.
 func (l *Log) Read(ctx context.Context, after uint64) (chunks []Chunk, done, lost bool, err error) {
 	for {
 		l.mu.Lock()
 		var out []Chunk
+		size, more := 0, false
 		for _, c := range l.chunks {
-			if c.Seq > after {
-				out = append(out, c)
+			if c.Seq <= after {
+				continue
 			}
+			if len(out) > 0 && size+len(c.Data) > MaxReadBytes {
+				more = true
+				break
+			}
+			out = append(out, c)
+			size += len(c.Data)
 		}
 		lost = len(l.chunks) > 0 && l.chunks[0].Seq > after+1 || len(l.chunks) == 0 && l.next > after+1
 		closed, changed := l.closed, l.changed
 		l.mu.Unlock()
 		if len(out) > 0 || closed {
-			return out, closed, lost, nil
+			return out, closed && !more, lost, nil
 		}
 		select {
 		case <-changed:

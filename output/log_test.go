@@ -101,3 +101,39 @@ func TestLogFollow(t *testing.T) {
 		t.Fatal("cancelled wait returned no error")
 	}
 }
+
+// TestLogReadBatches: one Read returns at most MaxReadBytes (at least one
+// chunk); done only comes with the last of them.
+func TestLogReadBatches(t *testing.T) {
+	l := NewLog(4 * MaxReadBytes)
+	w := l.Writer("stdout")
+	chunk := strings.Repeat("x", 32<<10)
+	const n = 3 * MaxReadBytes / (32 << 10)
+	for range n {
+		fmt.Fprint(w, chunk)
+	}
+	l.Close()
+	var after uint64
+	reads, got := 0, 0
+	for {
+		cs, done, _, err := l.Read(context.Background(), after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		size := 0
+		for _, c := range cs {
+			size += len(c.Data)
+			after = c.Seq
+		}
+		if size > MaxReadBytes {
+			t.Fatalf("one read returned %d bytes", size)
+		}
+		reads, got = reads+1, got+len(cs)
+		if done {
+			break
+		}
+	}
+	if got != n || reads < 3 {
+		t.Fatalf("%d chunks in %d reads, want %d in 3 or more", got, reads, n)
+	}
+}

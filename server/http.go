@@ -175,6 +175,7 @@ func (s *Service) serveOp(w http.ResponseWriter, r *http.Request, op api.Op, tok
 	in.emit = st.emit
 	in.open = st.open
 	resp, err := s.call(ctx, c, op.Name, in)
+	defer releaseAnswer(resp)
 	switch {
 	case st.started():
 		if err != nil {
@@ -348,6 +349,13 @@ func setField(f reflect.Value, list []string) error {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
+	if a, ok := v.(answerStreamer); ok {
+		// Written as it is encoded, as json.Encoder would write it.
+		if a.encodeJSON(w) == nil {
+			_, _ = io.WriteString(w, "\n")
+		}
+		return
+	}
 	_ = json.NewEncoder(w).Encode(v)
 }
 

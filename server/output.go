@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
 	"runtime/debug"
+	"runtime/metrics"
 	"strings"
 	"sync"
 	"syscall"
@@ -92,6 +95,9 @@ func newOutputs(cfg *Config, log *slog.Logger) (*outputs, error) {
 	o := &outputs{budget: output.NewBudget(cfg.OutputMemory, cfg.TenantOutputMemory), maxLimit: cfg.MaxOutputLimit,
 		limit: cfg.OutputLimit, dir: cfg.OutputDir, quota: cfg.TenantOutputDisk, retention: cfg.OutputRetention,
 		log: log, usage: map[string]int64{}}
+	if limit, ok := setMemoryLimit(cfg.OutputMemory); ok {
+		log.Debug("soft memory limit", "bytes", limit, "output_budget", cfg.OutputMemory)
+	}
 	if o.dir == "" {
 		return o, nil
 	}
@@ -100,6 +106,49 @@ func newOutputs(cfg *Config, log *slog.Logger) (*outputs, error) {
 	}
 	o.Sweep(time.Now())
 	return o, nil
+}
+
+// The output budget bounds the output the daemon holds, but not the
+// garbage collector's slack: left to GOGC alone, the Go heap grows to
+// twice what is live before a collection, so a flood holding its whole
+// budget would take twice the budget. The daemon therefore sets the Go
+// runtime's soft memory limit to its memory at start, plus the budget,
+// plus memoryHeadroom(budget): the collector then runs as the heap nears
+// it. What is live beyond the budget (the fixed buffers of each call in
+// progress, see docs/API.md) is the headroom's to cover; past the limit
+// the runtime collects more often (at most half the CPU), it never fails
+// an allocation. A GOMEMLIMIT in the environment, or a limit set by
+// another part of the program, is left alone.
+var memLimit struct {
+	sync.Mutex
+	set int64 // the limit this package set last, 0 if none
+}
+
+// memoryHeadroom is the memory limit's margin beyond the output budget: a
+// quarter of it, at least 16 MiB.
+func memoryHeadroom(budget int64) int64 { return max(budget/4, 16<<20) }
+
+// setMemoryLimit sets the soft memory limit for an output budget, unless
+// GOMEMLIMIT or another caller set one; it returns the limit set.
+func setMemoryLimit(budget int64) (int64, bool) {
+	if budget <= 0 || os.Getenv("GOMEMLIMIT") != "" {
+		return 0, false
+	}
+	memLimit.Lock()
+	defer memLimit.Unlock()
+	if cur := debug.SetMemoryLimit(-1); cur != math.MaxInt64 && cur != memLimit.set {
+		return 0, false
+	}
+	s := []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
+	metrics.Read(s)
+	var base int64
+	if s[0].Value.Kind() == metrics.KindUint64 && s[1].Value.Kind() == metrics.KindUint64 {
+		base = int64(s[0].Value.Uint64() - s[1].Value.Uint64())
+	}
+	limit := base + budget + memoryHeadroom(budget)
+	debug.SetMemoryLimit(limit)
+	memLimit.set = limit
+	return limit, true
 }
 
 // checkLimit refuses an output_limit above the maximum: a clear 400 that
@@ -233,49 +282,193 @@ type callCapture struct {
 // limit bytes, charged to the budget.
 func (o *outputs) newCapture(tenant, callID, stream string, limit int) *callCapture {
 	cc := &callCapture{o: o, ref: callRef(tenant, callID), stream: stream, c: output.NewCapture(limit)}
-	cc.c.SetBudget(o.budget.Account(tenant), func(kept []byte) io.Writer {
+	cc.c.SetBudget(o.budget.Account(tenant), func() io.Writer {
 		dir, _, _ := strings.Cut(cc.ref, "/")
 		cc.spill = &spillFile{o: o, dir: dir, f: o.create(cc.ref, stream)}
-		_, _ = cc.spill.Write(kept)
 		return cc.spill
 	})
 	return cc
 }
 
-// finish ends the capture: it returns the kept text and whether bytes
-// were dropped, frees the buffers and keeps the text in a file when it is
-// longer than a preview (a spilled stream already has its file). It
-// reports whether a file holds the stream.
-func (cc *callCapture) finish() (text string, truncated, kept bool) {
+// finish ends the capture once the call is over: it reports whether
+// bytes were dropped, returns the store row's preview of the kept text,
+// and keeps that text in a file when it is longer than a preview (a
+// spilled stream already has its file); kept reports whether a file holds
+// the stream. The kept bytes stay in the capture's buffers, charged to the
+// budget, until the answer is written from them (execAnswer) and the
+// capture released (release): no copy of them is made.
+func (cc *callCapture) finish() (truncated, kept bool, prev []byte) {
 	truncated = cc.c.Truncated()
-	held := cc.c.Held()
-	text = cc.c.Release()
-	cc.o.gaveBack(int64(held))
+	prev = previewOf(cc.c)
 	if cc.spill != nil {
 		cc.spill.close()
-		return text, truncated, cc.spill.written > 0
+		return truncated, cc.spill.written > 0, prev
 	}
-	if len(text) <= PreviewBytes {
-		return text, truncated, false
+	n := cc.c.KeptLen()
+	if n <= PreviewBytes {
+		return truncated, false, prev
 	}
 	dir, _, _ := strings.Cut(cc.ref, "/")
-	if !cc.o.reserve(dir, int64(len(text))) {
-		return text, truncated, false
+	if !cc.o.reserve(dir, int64(n)) {
+		return truncated, false, prev
 	}
 	f := cc.o.create(cc.ref, cc.stream)
 	if f == nil {
-		cc.o.unreserve(dir, int64(len(text)))
-		return text, truncated, false
+		cc.o.unreserve(dir, int64(n))
+		return truncated, false, prev
 	}
-	_, err := io.WriteString(f, text)
+	err := cc.c.WriteKept(f)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		cc.o.log.Warn("writing an output file", "ref", cc.ref, "err", err)
-		return text, truncated, true
 	}
-	return text, truncated, true
+	return truncated, true, prev
+}
+
+// release frees the capture's buffers and gives their bytes back.
+func (cc *callCapture) release() {
+	held := cc.c.Held()
+	cc.c.Discard()
+	if cc.spill != nil {
+		cc.spill.close()
+	}
+	cc.o.gaveBack(int64(held))
+}
+
+// execAnswer is the answer of an exec whose stdout and stderr are still
+// in their captures, charged to the output budget. It is written as JSON
+// straight from the captures' buffers (encodeJSON), through a fixed
+// buffer, so that an answer of any size costs the daemon no more than
+// answerBuffer beyond what the budget already holds (encoding it whole
+// took up to 6 times its stdout: a NUL byte is "\u0000"). The captures
+// are released once it is written, or dropped (release).
+type execAnswer struct {
+	res            *sandbox.Result // Stdout and Stderr are "": they are in the captures
+	stdout, stderr *callCapture
+	once           sync.Once
+}
+
+// answerBuffer is the buffer one answer is encoded through.
+const answerBuffer = 32 << 10
+
+// answerStreamer is an answer that writes its own JSON to the response.
+type answerStreamer interface {
+	encodeJSON(w io.Writer) error
+}
+
+// encodeJSON writes the answer as encoding/json writes a sandbox.Result,
+// byte for byte (no newline after it).
+func (a *execAnswer) encodeJSON(w io.Writer) error {
+	// The result without its text; the two strings are streamed into
+	// the places of their empty values. A string value cannot hold
+	// `"stdout":""` unescaped, and stdout comes before stderr.
+	b, err := json.Marshal(a.res)
+	if err != nil {
+		return err
+	}
+	const outKey, errKey = `"stdout":`, `"stderr":`
+	i, j := bytes.Index(b, []byte(outKey+`""`)), bytes.Index(b, []byte(errKey+`""`))
+	if i < 0 || j < i {
+		return fmt.Errorf("encoding an exec answer: no empty stdout and stderr in %.200s", b)
+	}
+	i, j = i+len(outKey), j+len(errKey)
+	buf := make([]byte, 0, answerBuffer)
+	stream := func(cc *callCapture) error {
+		js := output.NewJSONStringBuffer(w, buf)
+		if err := cc.c.WriteKept(js); err != nil {
+			return err
+		}
+		return js.Close()
+	}
+	for _, step := range []func() error{
+		func() error { _, err := w.Write(b[:i]); return err },
+		func() error { return stream(a.stdout) },
+		func() error { _, err := w.Write(b[i+2 : j]); return err },
+		func() error { return stream(a.stderr) },
+		func() error { _, err := w.Write(b[j+2:]); return err },
+	} {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// MarshalJSON encodes the answer whole: for the rare paths that need it
+// as one value (a JSON-RPC batch, an error carrying the result).
+func (a *execAnswer) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	if err := a.encodeJSON(&b); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// release gives the captures back; it may be called more than once.
+func (a *execAnswer) release() {
+	a.once.Do(func() {
+		a.stdout.release()
+		a.stderr.release()
+	})
+}
+
+// releaseAnswer releases v if it is an answer holding output: call it
+// once an operation's answer is written or dropped.
+func releaseAnswer(v any) {
+	if a, ok := v.(*execAnswer); ok {
+		a.release()
+	}
+}
+
+// previewOf is preview of the capture's kept text, read from its
+// buffers.
+func previewOf(c *output.Capture) []byte {
+	var pw previewWriter
+	_ = c.WriteKept(&pw)
+	return pw.preview()
+}
+
+// previewWriter keeps the first and the last PreviewBytes/2 bytes of what
+// is written to it, and counts it.
+type previewWriter struct {
+	head, tail []byte
+	n          int
+}
+
+func (pw *previewWriter) Write(p []byte) (int, error) {
+	const h = PreviewBytes / 2
+	pw.n += len(p)
+	if k := min(h-len(pw.head), len(p)); k > 0 {
+		pw.head = append(pw.head, p[:k]...)
+	}
+	if len(p) >= h {
+		pw.tail = append(pw.tail[:0], p[len(p)-h:]...)
+	} else {
+		pw.tail = append(pw.tail, p...)
+		if over := len(pw.tail) - h; over > 0 {
+			pw.tail = pw.tail[:copy(pw.tail, pw.tail[over:])]
+		}
+	}
+	return len(p), nil
+}
+
+// preview is what preview returns for the text written.
+func (pw *previewWriter) preview() []byte {
+	if pw.n == 0 {
+		return nil
+	}
+	if pw.n <= PreviewBytes {
+		// The whole text: the head, then what the tail has past it.
+		return append(append([]byte(nil), pw.head...), pw.tail[len(pw.tail)-(pw.n-len(pw.head)):]...)
+	}
+	var b bytes.Buffer
+	b.Grow(PreviewBytes + 64)
+	b.Write(pw.head)
+	fmt.Fprintf(&b, "\n[... %d bytes not in the preview ...]\n", pw.n-PreviewBytes)
+	b.Write(pw.tail)
+	return b.Bytes()
 }
 
 // freeAfter is how much output memory given back makes the daemon return
@@ -321,18 +514,28 @@ func preview(text string) []byte {
 	return b.Bytes()
 }
 
-// callOutput is what the store keeps of a result's output; the result to
-// store loses its stdout and stderr.
-func callOutput(res *sandbox.Result, ref string) (*sandbox.Result, *store.CallOutput) {
+// previews are the store row's previews of an exec's streams, made from
+// their captures (previewOf).
+type previews struct{ stdout, stderr []byte }
+
+// callOutput is what the store keeps of a result's output, its previews
+// made from the result's text or given (pv); the result to store loses
+// its stdout and stderr.
+func callOutput(res *sandbox.Result, ref string, pv *previews) (*sandbox.Result, *store.CallOutput) {
 	if res == nil {
 		return nil, nil
 	}
 	out := &store.CallOutput{StdoutBytes: res.StdoutBytes, StderrBytes: res.StderrBytes, Ref: ref}
-	if res.Stdout != "" {
-		out.StdoutPreview = preview(res.Stdout)
-	}
-	if res.Stderr != "" {
-		out.StderrPreview = preview(res.Stderr)
+	switch {
+	case pv != nil:
+		out.StdoutPreview, out.StderrPreview = pv.stdout, pv.stderr
+	default:
+		if res.Stdout != "" {
+			out.StdoutPreview = preview(res.Stdout)
+		}
+		if res.Stderr != "" {
+			out.StderrPreview = preview(res.Stderr)
+		}
 	}
 	r := *res
 	r.Stdout, r.Stderr = "", ""

@@ -193,12 +193,12 @@ func (s *Service) newCall(ctx context.Context, c Caller, m *managed, id, kind st
 // row keeps the result without its output, and of the output only counts
 // and previews (callOutput).
 func (s *Service) finishCall(c Caller, m *managed, id, kind string, req *api.Exec, vs []verdict, res *sandbox.Result, err error, took time.Duration) error {
-	return s.finishCallRef(c, m, id, kind, req, vs, res, err, took, "")
+	return s.finishCallRef(c, m, id, kind, req, vs, res, err, took, "", nil)
 }
 
 // finishCallRef is finishCall for a call whose output files are ref
-// ("": none).
-func (s *Service) finishCallRef(c Caller, m *managed, id, kind string, req *api.Exec, vs []verdict, res *sandbox.Result, err error, took time.Duration, ref string) error {
+// ("": none), and whose previews are pv when its text is not in res.
+func (s *Service) finishCallRef(c Caller, m *managed, id, kind string, req *api.Exec, vs []verdict, res *sandbox.Result, err error, took time.Duration, ref string, pv *previews) error {
 	ev := audit.Event{Kind: kind, Tenant: c.Tenant, Actor: c.Actor, Sandbox: m.info.ID, Call: id,
 		Decision: audit.DecisionAllow, Request: mustJSON(requestSummary(req)), DurationMs: took.Milliseconds()}
 	code, reason := sandbox.ExitSetupFailed, string(sandbox.ReasonSetupError)
@@ -210,7 +210,7 @@ func (s *Service) finishCallRef(c Caller, m *managed, id, kind string, req *api.
 		ev.Error = err.Error()
 	}
 	withVerdicts(&ev, vs)
-	row, out := callOutput(res, ref)
+	row, out := callOutput(res, ref, pv)
 	return s.recordEnd(id, time.Now(), code, reason, mustJSON(row), out, ev)
 }
 
@@ -259,7 +259,12 @@ func (s *Service) exec(ctx context.Context, c Caller, in *input) (any, error) {
 	// The output is captured here, not by the runtime: charged to the
 	// output budget, spilling to a file past it (output.go). The runtime
 	// redacts secrets before it writes to these writers.
+	//
+	// The answer is written from the captures (execAnswer), which stay
+	// charged to the budget until then; they are released here unless
+	// the answer is handed over, to be released once written.
 	var capOut, capErr *callCapture
+	var ans *execAnswer
 	if st != nil {
 		p.Stdout, p.Stderr = st.writer(api.EventStdout), st.writer(api.EventStderr)
 	} else {
@@ -267,41 +272,54 @@ func (s *Service) exec(ctx context.Context, c Caller, in *input) (any, error) {
 		capOut = s.out.newCapture(c.Tenant, callID, "stdout", limit)
 		capErr = s.out.newCapture(c.Tenant, callID, "stderr", limit)
 		p.Stdout, p.Stderr = capOut.c, capErr.c
+		ans = &execAnswer{stdout: capOut, stderr: capErr}
+		defer func() {
+			if ans != nil {
+				ans.release()
+			}
+		}()
 	}
 	if err := s.newCall(ctx, c, m, callID, "exec", req.Args); err != nil {
-		if capOut != nil {
-			capOut.finish()
-			capErr.finish()
-		}
 		return nil, fmt.Errorf("record call: %w", err)
 	}
 	start := time.Now()
 	res, err := m.box().Exec(ctx, p)
 	res, err = m.cutShort(res, err)
 	ref := ""
+	var pv *previews
 	if capOut != nil {
-		outText, outTrunc, outKept := capOut.finish()
-		errText, errTrunc, errKept := capErr.finish()
+		outTrunc, outKept, outPrev := capOut.finish()
+		errTrunc, errKept, errPrev := capErr.finish()
+		pv = &previews{stdout: outPrev, stderr: errPrev}
 		if res != nil {
-			res.Stdout, res.Stderr = outText, errText
+			res.Stdout, res.Stderr = "", ""
 			res.Truncated = res.Truncated || outTrunc || errTrunc
 		}
 		if outKept || errKept {
 			ref = capOut.ref
 		}
+		ans.res = res
 	}
-	rerr := s.finishCallRef(c, m, callID, "process.exec", req, in.verdicts, res, err, time.Since(start), ref)
+	rerr := s.finishCallRef(c, m, callID, "process.exec", req, in.verdicts, res, err, time.Since(start), ref, pv)
 	in.recorded = true
 	if err != nil && !isSetupOnly(err) {
 		return nil, err
 	}
+	if ans == nil || res == nil {
+		if rerr != nil {
+			return nil, notDurable(rerr, res)
+		}
+		if st != nil {
+			st.finish(res)
+		}
+		return res, nil
+	}
 	if rerr != nil {
-		return nil, notDurable(rerr, res)
+		return nil, notDurable(rerr, ans) // encoded whole, then released
 	}
-	if st != nil {
-		st.finish(res)
-	}
-	return res, nil
+	answer := ans
+	ans = nil // the caller releases it once written
+	return answer, nil
 }
 
 // isSetupOnly reports whether err is a failure to start the process that

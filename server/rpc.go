@@ -158,10 +158,14 @@ func (s *Service) rpcLine(ctx context.Context, line []byte, out *rpcWriter, c Ca
 		if len(list) > 0 {
 			out.sendRaw(list)
 		}
+		for _, r := range list {
+			releaseAnswer(r.Result)
+		}
 		return
 	}
 	if resp := s.rpcRequest(ctx, trimmed, out, c); resp != nil {
 		out.send(*resp)
+		releaseAnswer(resp.Result)
 	}
 }
 
@@ -322,6 +326,7 @@ func (s *Service) rpcRequest(ctx context.Context, raw []byte, out *rpcWriter, c 
 		return fail(code, e)
 	}
 	if notification {
+		releaseAnswer(result)
 		return nil
 	}
 	if fc, ok := result.(*api.FileContent); ok && op.Out == api.BodyRaw {
@@ -395,6 +400,30 @@ func (o *rpcWriter) cancel(params json.RawMessage) {
 func (o *rpcWriter) send(m any) { o.sendRaw(m) }
 
 func (o *rpcWriter) sendRaw(v any) {
+	if r, ok := v.(rpcResponse); ok && r.Error == nil {
+		if a, ok := r.Result.(answerStreamer); ok {
+			// Written as it is encoded: the envelope MarshalJSON
+			// writes, around the answer.
+			id := r.ID
+			if len(id) == 0 {
+				id = json.RawMessage("null")
+			}
+			idb, err := json.Marshal(id) // as MarshalJSON has it
+			if err != nil {
+				idb = []byte("null")
+			}
+			o.mu.Lock()
+			defer o.mu.Unlock()
+			_, _ = io.WriteString(o.w, `{"jsonrpc":"2.0","id":`)
+			_, _ = o.w.Write(idb)
+			_, _ = io.WriteString(o.w, `,"result":`)
+			// An error is the output's: the line is cut short, and the
+			// reader learns of it as a broken line.
+			_ = a.encodeJSON(o.w)
+			_, _ = io.WriteString(o.w, "}\n")
+			return
+		}
+	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		var id json.RawMessage
