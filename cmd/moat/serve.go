@@ -369,10 +369,12 @@ func serveHTTP(ctx context.Context, ln *server.ConnLimiter, dataDir string, svc 
 			"approver_file", filepath.Join(dataDir, server.ApproverTokenFile))
 	}
 	ln.OnRefuse = func(src string) { svc.ConnRefused(src) }
-	log.Info("listening", "url", url, "token_file", tokenPath, "data", dataDir)
+	// SIGHUP (reload the tokens) is caught before the daemon says it
+	// listens: a signal sent on that line must not end it.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	log.Info("listening", "url", url, "token_file", tokenPath, "data", dataDir)
 	go func() {
 		for range hup {
 			if err := tokens.Reload(); err != nil {

@@ -218,3 +218,20 @@ func TestServeBadFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestServeSIGHUPAtListening: a SIGHUP (reload the tokens) sent the moment
+// the daemon says it listens reloads the tokens and does not end it.
+func TestServeSIGHUPAtListening(t *testing.T) {
+	testutil.RequireRoot(t)
+	d := startDaemon(t, t.TempDir())
+	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	var list struct{ Sandboxes []api.Sandbox }
+	if code := d.call("GET", "/v1/sandboxes", nil, &list); code != http.StatusOK {
+		t.Fatalf("after SIGHUP: %d", code)
+	}
+	if d.cmd.ProcessState != nil {
+		t.Fatalf("the daemon ended: %v", d.cmd.ProcessState)
+	}
+}
