@@ -167,8 +167,9 @@ func sbKill(sio sandboxIO) *command {
 		long: `Kill a background process ('moat sandbox start'): SIGKILL to it and its
 process group, as 'moat sandbox signal SANDBOX PROCESS KILL' (the API's
 process.signal). It cannot be caught or ignored; 'moat sandbox wait' then
-exits 137. A descendant that left the process group (setsid) is not
-reached: it ends with the sandbox ('moat sandbox rm').`,
+exits 137. Once the process has died, whatever it left running in its
+call's cgroup (descendants that left the group with setsid too) is killed
+as well.`,
 		setup: func(*pflag.FlagSet) {},
 		run: func(ctx context.Context, args []string) error {
 			id, pid, err := procArgs("kill", args, 2, "a sandbox id and a process id")

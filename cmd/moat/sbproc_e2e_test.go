@@ -94,11 +94,17 @@ func TestSandboxProcessCLIE2E(t *testing.T) {
 			t.Errorf("sleep after signal %s: exit %d %q", sig, o.Code, o.Stderr)
 		}
 	}
-	sl := start("sh", "-c", "trap '' TERM; sleep 1000")
+	// kill reaches the whole call tree: a descendant that left the
+	// process group (setsid) dies too.
+	sl := start("sh", "-c", "trap '' TERM; setsid sleep 1234 & echo $! > /tmp/gc; sleep 1000")
+	must(moat("", "sandbox", "exec", id, "--", "sh", "-c", "while [ ! -s /tmp/gc ]; do sleep 0.01; done; test -e /proc/$(cat /tmp/gc)"), "the setsid child runs")
 	must(moat("", "sandbox", "kill", id, sl), "kill")
 	o := moat("", "sandbox", "wait", id, sl, "--json")
 	if err := json.Unmarshal([]byte(o.Stdout), &p); err != nil || o.Code != 128+9 || p.Result == nil || p.Result.ExitCode != 128+9 || p.Result.ExitReason != sandbox.ReasonSignaled {
 		t.Errorf("killed: exit %d %s %v", o.Code, o.Stdout, err)
+	}
+	if o := moat("", "sandbox", "exec", id, "--", "sh", "-c", "test -e /proc/$(cat /tmp/gc)"); o.Code != 1 {
+		t.Errorf("the setsid child outlived kill: exit %d %q", o.Code, o.Stderr)
 	}
 	if o := moat("", "sandbox", "signal", id, sl, "NOSUCH"); o.Code != 125 {
 		t.Errorf("bad signal: %d %q", o.Code, o.Stderr)

@@ -58,6 +58,9 @@ type call struct {
 	cc *callCgroup // the call's own cgroup (long-lived sandboxes), or nil
 
 	timedOut, cancelled bool
+	// killed: SIGKILL was sent through Signal; the call's whole tree (in
+	// its cgroup, other sessions included) goes once the process ends.
+	killed atomic.Bool
 	exit                *guest.Exit
 	execErr             *guest.ErrInfo
 	oomBefore           uint64
@@ -167,9 +170,9 @@ func (c *call) run(ctx context.Context) {
 		c.s.cg.releaseCall(c.cc)
 		return
 	}
-	if c.timedOut || c.cancelled {
-		// The process may have ended at SIGTERM; what it left running
-		// (descendants in other sessions too) goes with it.
+	if c.timedOut || c.cancelled || c.killed.Load() {
+		// The process may have ended at SIGTERM (or SIGKILL); what it left
+		// running (descendants in other sessions too) goes with it.
 		if err := c.cc.kill(c.s.proc.pid); err != nil {
 			c.s.r.log.Warn("killing a call's tree", "sandbox", c.s.id, "err", err)
 		}
@@ -184,12 +187,17 @@ func (c *call) markStarted() { c.startOnce.Do(func() { close(c.started) }) }
 // ID names the process within its sandbox.
 func (c *call) ID() uint64 { return c.id }
 
-// Signal delivers sig to the process's group.
+// Signal delivers sig to the process's group. SIGKILL ends the call's
+// whole tree: once the process has died, whatever it left in the call's
+// cgroup (setsid descendants included) is killed too.
 func (c *call) Signal(sig syscall.Signal) error {
 	select {
 	case <-c.done:
 		return sandbox.ErrExited
 	default:
+	}
+	if sig == syscall.SIGKILL {
+		c.killed.Store(true)
 	}
 	c.s.signal(c.id, int(sig))
 	return nil
