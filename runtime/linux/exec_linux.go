@@ -60,10 +60,10 @@ type call struct {
 	timedOut, cancelled bool
 	// killed: SIGKILL was sent through Signal; the call's whole tree (in
 	// its cgroup, other sessions included) goes once the process ends.
-	killed atomic.Bool
-	exit                *guest.Exit
-	execErr             *guest.ErrInfo
-	oomBefore           uint64
+	killed    atomic.Bool
+	exit      *guest.Exit
+	execErr   *guest.ErrInfo
+	oomBefore uint64
 
 	started   chan struct{} // closed when the agent says started, or failed
 	startOnce sync.Once
