@@ -9,10 +9,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/moat-sandbox/moat/api"
@@ -20,43 +18,12 @@ import (
 )
 
 // startServe runs `moat serve` under prefix (a wrapper command such as
-// prlimit, or none) with args and returns it with its log up to
-// "listening", its URL and token.
+// prlimit, or none) with args and returns it with its URL and token.
 func startServe(t *testing.T, dir string, prefix []string, args ...string) (cmd *exec.Cmd, url, token string) {
 	t.Helper()
 	argv := append(append(prefix, testutil.Moat(t), "serve", "--data", dir), args...)
-	cmd = exec.Command(argv[0], argv[1:]...)
-	pr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-	})
-	sc := bufio.NewScanner(pr)
-	var log strings.Builder
-	for sc.Scan() {
-		line := sc.Text()
-		log.WriteString(line + "\n")
-		if _, u, ok := strings.Cut(line, " url="); ok && strings.Contains(line, "msg=listening") {
-			url, _, _ = strings.Cut(u, " ")
-			go func() {
-				for sc.Scan() {
-				}
-			}()
-			tok, err := os.ReadFile(filepath.Join(dir, "token"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return cmd, url, strings.TrimSpace(string(tok))
-		}
-	}
-	t.Fatalf("moat serve did not start:\n%s", log.String())
-	return nil, "", ""
+	d := testutil.StartDaemonCmd(t, dir, exec.Command(argv[0], argv[1:]...))
+	return d.Cmd, d.URL, d.Token
 }
 
 // openFiles reads the soft and hard "Max open files" of pid.

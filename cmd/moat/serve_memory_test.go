@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -14,7 +13,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 
 	"github.com/moat-sandbox/moat/api"
@@ -43,35 +41,11 @@ func startMemDaemon(t *testing.T, dir, cfg string) *memDaemon {
 		bin = testutil.Moat(t)
 	}
 	sock := filepath.Join(dir, "api.sock")
-	cmd := exec.Command(bin, "serve", "--data", dir, "--listen", "unix:"+sock, "--config", cfg)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-	})
-	sc := bufio.NewScanner(stderr)
-	var log strings.Builder
-	for sc.Scan() {
-		log.WriteString(sc.Text() + "\n")
-		if strings.Contains(sc.Text(), "msg=listening") {
-			go func() {
-				for sc.Scan() {
-				}
-			}()
-			return &memDaemon{pid: cmd.Process.Pid, client: &http.Client{Transport: &http.Transport{
-				DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-					return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-				}}}}
-		}
-	}
-	t.Fatalf("moat serve did not start:\n%s", log.String())
-	return nil
+	d := testutil.StartDaemonCmd(t, dir, exec.Command(bin, "serve", "--data", dir, "--listen", "unix:"+sock, "--config", cfg))
+	return &memDaemon{pid: d.Cmd.Process.Pid, client: &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		}}}}
 }
 
 // do sends a request and decodes a JSON answer into out; errors are
@@ -152,17 +126,7 @@ func TestServeOutputMemoryBound(t *testing.T) {
 	testutil.RequireRoot(t)
 	dir := t.TempDir()
 	tenants := []string{"default", "t1", "t2", "t3"}
-	var tokens strings.Builder
-	tok := map[string]string{}
-	for _, ten := range tenants {
-		tok[ten] = "moat_memory_token_of_" + ten + "_0123456789abcdef012"
-		fmt.Fprintf(&tokens, "%s %s\n", ten, tok[ten])
-	}
-	for name, text := range map[string]string{"tokens": tokens.String(), "token": tok["default"] + "\n"} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	tok := writeTenantTokens(t, dir, tenants...)
 	const budget = 32 << 20
 	cfg := filepath.Join(dir, "config.toml")
 	if err := os.WriteFile(cfg, []byte(`

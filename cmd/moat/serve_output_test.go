@@ -54,17 +54,7 @@ func TestServeOutputFlood(t *testing.T) {
 	testutil.RequireRoot(t)
 	dir := t.TempDir()
 	tenants := []string{"default", "t1", "t2", "t3"}
-	var tokens strings.Builder
-	tok := map[string]string{}
-	for _, ten := range tenants {
-		tok[ten] = "moat_flood_token_of_" + ten + "_0123456789abcdef0123"
-		fmt.Fprintf(&tokens, "%s %s\n", ten, tok[ten])
-	}
-	for name, text := range map[string]string{"tokens": tokens.String(), "token": tok["default"] + "\n"} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	tok := writeTenantTokens(t, dir, tenants...)
 	cfg := filepath.Join(dir, "config.toml")
 	if err := os.WriteFile(cfg, []byte(`
 [output]
@@ -190,4 +180,23 @@ func readAllString(resp *http.Response) (string, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return string(b), err
+}
+
+// writeTenantTokens writes a tokens file with one token per tenant into
+// the data dir (and the first tenant's as its token file) and returns the
+// tokens by tenant.
+func writeTenantTokens(t *testing.T, dir string, tenants ...string) map[string]string {
+	t.Helper()
+	var tokens strings.Builder
+	tok := map[string]string{}
+	for _, ten := range tenants {
+		tok[ten] = "moat_test_token_of_" + ten + "_0123456789abcdef0123456789"
+		fmt.Fprintf(&tokens, "%s %s\n", ten, tok[ten])
+	}
+	for name, text := range map[string]string{"tokens": tokens.String(), "token": tok[tenants[0]] + "\n"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return tok
 }

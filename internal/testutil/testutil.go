@@ -163,7 +163,14 @@ type Daemon struct {
 // when the test ends, if still running.
 func StartDaemon(t testing.TB, dir string, flags ...string) *Daemon {
 	t.Helper()
-	cmd := exec.Command(Moat(t), append([]string{"serve", "--data", dir}, flags...)...)
+	return StartDaemonCmd(t, dir, exec.Command(Moat(t), append([]string{"serve", "--data", dir}, flags...)...))
+}
+
+// StartDaemonCmd starts cmd, a `moat serve --data dir` however it is run
+// (under a wrapper such as prlimit, or another build of moat), and returns
+// once it logs that it listens, as StartDaemon does.
+func StartDaemonCmd(t testing.TB, dir string, cmd *exec.Cmd) *Daemon {
+	t.Helper()
 	pr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
