@@ -7,11 +7,10 @@
 package api
 
 import (
+	"encoding/json"
 	"time"
 	"unicode/utf8"
 
-	"github.com/moat-sandbox/moat/audit"
-	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
@@ -52,7 +51,7 @@ type CreateSandbox struct {
 	// Policy are rules of this sandbox, the lowest layer below the
 	// daemon's policy files: they can only narrow (deny, ask, the profile
 	// "untrusted"); their allow rules grant nothing.
-	Policy *policy.CallRules `json:"policy,omitempty"`
+	Policy *CallRules `json:"policy,omitempty"`
 	// Network is the sandbox's network; absent means mode none (loopback
 	// only).
 	Network *Network `json:"network,omitempty"`
@@ -64,6 +63,23 @@ type CreateSandbox struct {
 	// Snapshot starts the sandbox from a snapshot of the caller's (a
 	// fork); Template must then be empty or the snapshot's.
 	Snapshot string `json:"snapshot,omitempty"`
+}
+
+// CallRules are policy rules of one sandbox (sandbox.create) or one call
+// (process.exec, process.start): the lowest layer, below the daemon's
+// policy files. They can only narrow: deny and ask rules count like any
+// other, allow rules grant nothing, and the only profile they may name is
+// "untrusted". Rules are Kind(pattern): Exec(git push*), Read(~/.ssh/**),
+// Write(src/**), Net(domain:*.github.com).
+//
+// Its JSON is that of the policy engine's policy.CallRules, which the
+// server converts it to (a test keeps the two the same).
+type CallRules struct {
+	// Profile is empty or "untrusted".
+	Profile string   `json:"profile,omitempty"`
+	Allow   []string `json:"allow,omitempty"`
+	Ask     []string `json:"ask,omitempty"`
+	Deny    []string `json:"deny,omitempty"`
 }
 
 // Network is a sandbox's network.
@@ -211,7 +227,7 @@ type Exec struct {
 	Concurrent bool `json:"concurrent,omitempty"`
 	// Policy are rules for this call alone, below the sandbox's: they can
 	// only narrow.
-	Policy *policy.CallRules `json:"policy,omitempty"`
+	Policy *CallRules `json:"policy,omitempty"`
 }
 
 // Process states.
@@ -405,9 +421,46 @@ type AuditQuery struct {
 	Newest    bool   `json:"newest,omitempty"`
 }
 
+// AuditEvent is one audit record. Its JSON is that of the audit log's
+// audit.Event, which the server converts to it (a test keeps the two the
+// same).
+type AuditEvent struct {
+	// Seq is the event's sequence number: it starts at 1 and increases by
+	// one with every event of the daemon's audit log.
+	Seq uint64 `json:"seq"`
+	// Time is when the event happened (UTC).
+	Time time.Time `json:"time"`
+	// Tenant is the tenant on whose behalf the call was made ("" for
+	// operator or system events).
+	Tenant string `json:"tenant"`
+	// Actor is who made the call: a token's id (token:xxxxxxxx), stdio,
+	// system, pruner, anonymous.
+	Actor string `json:"actor"`
+	// Sandbox is the id of the sandbox concerned, if any.
+	Sandbox string `json:"sandbox,omitempty"`
+	// Call is the id of the call or process concerned, if any.
+	Call string `json:"call,omitempty"`
+	// Kind says what happened, as a dotted name such as "sandbox.create",
+	// "process.exec", "process.exit", "file.write" or "policy.decision".
+	Kind string `json:"kind"`
+	// Decision is the policy decision: allow, deny, ask, or "" when no
+	// decision was involved.
+	Decision string `json:"decision,omitempty"`
+	// Rule is the policy rule that decided, if any.
+	Rule string `json:"rule,omitempty"`
+	// Request is what was asked, as JSON, redacted.
+	Request json.RawMessage `json:"request,omitempty"`
+	// Result is a summary of the outcome, as JSON, redacted.
+	Result json.RawMessage `json:"result,omitempty"`
+	// DurationMs is how long the call took, in milliseconds.
+	DurationMs int64 `json:"duration_ms,omitempty"`
+	// Error is the error message of a failed call.
+	Error string `json:"error,omitempty"`
+}
+
 // AuditPage is the answer of audit.query.
 type AuditPage struct {
-	Events []audit.Event `json:"events"`
+	Events []AuditEvent `json:"events"`
 	// More is true when more events match after the last one returned.
 	More bool `json:"more"`
 }

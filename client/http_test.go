@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/api"
-	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
@@ -116,7 +115,7 @@ func TestHTTPSandboxes(t *testing.T) {
 	since := time.Date(2025, 1, 2, 3, 4, 5, 6000, time.UTC)
 	mux.HandleFunc("GET /v1/audit", func(w http.ResponseWriter, r *http.Request) {
 		checkQuery(t, r, "sandbox=sb-1&since=2025-01-02T03:04:05.000006Z&after_seq=7&newest=true&kind=process.exec")
-		writeJSON(w, 200, api.AuditPage{Events: []audit.Event{{Seq: 8, Kind: "process.exec"}}, More: true})
+		writeJSON(w, 200, api.AuditPage{Events: []api.AuditEvent{{Seq: 8, Kind: "process.exec"}}, More: true})
 	})
 
 	sb, err := c.CreateSandbox(ctx, api.CreateSandbox{Limits: sandbox.Limits{MemoryBytes: 1 << 20}, IdleTimeoutMs: 5000, Labels: map[string]string{"team": "a"}})

@@ -51,6 +51,9 @@ type Defaults struct {
 	API API
 	// Pools are the daemon's warm pools.
 	Pools []Pool
+	// Runtime names the sandbox runtime (the top-level runtime key; the
+	// --runtime flag wins); "" means moat's default, linux.
+	Runtime string
 	// Source is the file the values came from ("" for built-ins).
 	Source string
 }
@@ -165,6 +168,8 @@ func BuiltIn() Defaults {
 
 // file is the TOML layout:
 //
+//	runtime = "linux"     # the sandbox runtime (moat run/serve/doctor --runtime)
+//
 //	[limits]
 //	memory = "2GiB"       # "0" = no limit
 //	cpus = 1.0            # 0 = no limit
@@ -202,7 +207,8 @@ func BuiltIn() Defaults {
 //	profile = "trusted"          # or "untrusted"
 //	size = 4
 type file struct {
-	API struct {
+	Runtime *string `toml:"runtime"`
+	API     struct {
 		MaxConnsPerClient *int     `toml:"max_conns_per_client"`
 		HeaderTimeout     *string  `toml:"header_timeout"`
 		BodyTimeout       *string  `toml:"body_timeout"`
@@ -296,6 +302,12 @@ func Parse(name string, b []byte) (Defaults, error) {
 			return d, fmt.Errorf("%w: %s: network.dns_server: want IP:PORT (e.g. 127.0.0.1:53), got %q", ErrInvalid, name, *s)
 		}
 		d.DNSServer = *s
+	}
+	if f.Runtime != nil {
+		if !validRuntimeName(*f.Runtime) {
+			return d, fmt.Errorf("%w: %s: runtime: want a runtime name such as linux, got %q", ErrInvalid, name, *f.Runtime)
+		}
+		d.Runtime = *f.Runtime
 	}
 	if f.Store.Dir != nil {
 		if *f.Store.Dir == "" || !strings.HasPrefix(*f.Store.Dir, "/") {
@@ -484,4 +496,19 @@ func parseAPI(name string, a *API, maxConns *int, header, body, chunk *string, r
 		a.AuthFailBurst = *burst
 	}
 	return nil
+}
+
+// validRuntimeName accepts what a runtime may be registered as: lower-case
+// letters, digits and dashes. Whether one is registered is for the runtime
+// registry to say when it is opened.
+func validRuntimeName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, c := range s {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	return true
 }

@@ -144,3 +144,18 @@ output_limit = "100000"
 		}
 	}
 }
+
+func TestRuntimeKey(t *testing.T) {
+	if d, err := Parse("c.toml", nil); err != nil || d.Runtime != "" {
+		t.Fatalf("built-in runtime %q, err %v; want \"\" (moat's default)", d.Runtime, err)
+	}
+	d, err := Parse("c.toml", []byte("runtime = \"linux\"\n[limits]\npids = 64\n"))
+	if err != nil || d.Runtime != "linux" || d.Limits.Pids != 64 {
+		t.Fatalf("runtime %q pids %d err %v", d.Runtime, d.Limits.Pids, err)
+	}
+	for _, bad := range []string{`runtime = ""`, `runtime = "Linux"`, `runtime = "a b"`, `runtime = 1`} {
+		if _, err := Parse("c.toml", []byte(bad+"\n")); !errors.Is(err, ErrInvalid) || !strings.Contains(strings.ToLower(err.Error()), "runtime") {
+			t.Errorf("%s: got %v, want ErrInvalid naming runtime", bad, err)
+		}
+	}
+}

@@ -66,7 +66,7 @@ type fileID struct {
 }
 
 func idOf(st *unix.Stat_t) fileID {
-	return fileID{ino: st.Ino, size: uint64(st.Size), ctime: st.Ctim.Nano(), mode: st.Mode,
+	return fileID{ino: st.Ino, size: uint64(st.Size), ctime: st.Ctim.Nano(), mode: uint32(st.Mode),
 		uid: st.Uid, gid: st.Gid, nlink: uint32(st.Nlink)}
 }
 
@@ -341,23 +341,6 @@ func diffMarkers(tree string, prev, seen map[string]fileID) ([]string, int, erro
 	}
 	sort.Strings(lines)
 	return lines, n, nil
-}
-
-// clearOpaque removes overlayfs' opaque marker from directory rel of tree,
-// resolved beneath tree without following symlinks.
-func clearOpaque(tree, rel string) error {
-	fd, err := unix.Openat2(unix.AT_FDCWD, filepath.Join(tree, rel), &unix.OpenHow{
-		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
-	if err != nil {
-		return fmt.Errorf("snapshot %s: %w", rel, err)
-	}
-	defer unix.Close(fd)
-	if err := unix.Fremovexattr(fd, "user.overlay.opaque"); err != nil && !errors.Is(err, unix.ENODATA) {
-		return fmt.Errorf("snapshot %s: %w", rel, err)
-	}
-	return nil
 }
 
 // validSnapshotID accepts "snap-" and 20 lower-case hex digits.

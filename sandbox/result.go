@@ -5,7 +5,8 @@ import (
 	"fmt"
 )
 
-// Exit codes shared by every runtime (DESIGN.md, "Semantics").
+// Exit codes shared by every runtime (docs/DESIGN.md, "Semantics every
+// runtime shares").
 const (
 	ExitTimeout       = 124 // the call hit its timeout; the whole tree was killed
 	ExitSetupFailed   = 125 // the sandbox could not be set up; nothing ran

@@ -1,6 +1,6 @@
 // Package seccomp builds and installs moat's seccomp-BPF filter, the
 // kernel-surface layer of the sandbox (the "privilege", "kernel surface",
-// "terminal injection" and "sockets" rows of the threat model).
+// "terminal injection" and "sockets" rows of docs/THREAT-MODEL.md).
 //
 // The filter is classic BPF assembled in pure Go with golang.org/x/net/bpf;
 // libseccomp is not used. A Profile says what is denied, Default returns

@@ -22,7 +22,6 @@ import (
 
 	"github.com/moat-sandbox/moat/api"
 	"github.com/moat-sandbox/moat/audit"
-	"github.com/moat-sandbox/moat/policy"
 )
 
 // The tests of this file run the real server and hold its answers against
@@ -722,13 +721,13 @@ func TestOpenAPIConformance(t *testing.T) {
 	} else {
 		doc.checkAnswer(t, "process.exec after an approval", doc.ops[api.OpExec].o, r)
 	}
-	rn.call(oaCall{op: api.OpExec, vals: in, body: api.Exec{Args: []string{"touch", "/workspace/x"}, Policy: &policy.CallRules{Deny: []string{"Exec(touch *)"}}},
+	rn.call(oaCall{op: api.OpExec, vals: in, body: api.Exec{Args: []string{"touch", "/workspace/x"}, Policy: &api.CallRules{Deny: []string{"Exec(touch *)"}}},
 		want: http.StatusForbidden, check: func(t *testing.T, r reply) {
 			if e := r.apiErr(t); e.Code != api.CodePolicyDenied || e.Rule != "deny Exec(touch *)" || e.Source != "per-call exec deny[0]" {
 				t.Errorf("policy_denied: %s", r.body)
 			}
 		}})
-	rn.call(oaCall{op: api.OpStart, vals: in, body: api.Exec{Args: []string{"touch", "/workspace/x"}, Policy: &policy.CallRules{Deny: []string{"Exec(touch *)"}}}, want: http.StatusForbidden})
+	rn.call(oaCall{op: api.OpStart, vals: in, body: api.Exec{Args: []string{"touch", "/workspace/x"}, Policy: &api.CallRules{Deny: []string{"Exec(touch *)"}}}, want: http.StatusForbidden})
 	writePolicy(t, h.user, "version = 1\n")
 
 	// JSON bodies must be JSON.

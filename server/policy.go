@@ -136,13 +136,19 @@ func (p *sandboxPolicy) restoreNetwork(log *slog.Logger, id string, allow []stri
 	p.setNetwork(base, eff, allow, deny)
 }
 
+// callRules converts the wire form of per-sandbox or per-call rules (package
+// api keeps plain structs, apart from the policy engine) to the engine's.
+func callRules(c *api.CallRules) policy.CallRules {
+	return policy.CallRules{Profile: policy.Profile(c.Profile), Allow: c.Allow, Ask: c.Ask, Deny: c.Deny}
+}
+
 // parseRules parses per-sandbox or per-call rules; name is shown in their
 // source ("per-call sandbox deny[0]", "per-call exec ask[1]").
-func parseRules(c *policy.CallRules, name string) (*policy.File, error) {
+func parseRules(c *api.CallRules, name string) (*policy.File, error) {
 	if c == nil {
 		return nil, nil
 	}
-	f, err := policy.ParseCall(*c)
+	f, err := policy.ParseCall(callRules(c))
 	if err != nil {
 		return nil, api.Errorf(api.CodeInvalidArgument, "policy: %v", err)
 	}

@@ -47,7 +47,7 @@ func wantDenied(t *testing.T, r reply, rule, source string) api.Error {
 }
 
 // auditEvents returns the tenant's events of kind (a prefix).
-func (h *harness) auditEvents(token, kind string) []audit.Event {
+func (h *harness) auditEvents(token, kind string) []api.AuditEvent {
 	h.t.Helper()
 	r := h.do("GET", "/v1/audit?limit=1000&kind="+kind, token, nil)
 	var p api.AuditPage
@@ -84,19 +84,19 @@ func TestPolicyDeny(t *testing.T) {
 	}
 
 	// Per-call rules narrow; their allow rules grant nothing.
-	wantDenied(t, h.do("POST", base+"/exec", tokenA, api.Exec{Args: []string{"echo", "ok"}, Policy: &policy.CallRules{Deny: []string{"Exec(echo *)"}}}),
+	wantDenied(t, h.do("POST", base+"/exec", tokenA, api.Exec{Args: []string{"echo", "ok"}, Policy: &api.CallRules{Deny: []string{"Exec(echo *)"}}}),
 		"deny Exec(echo *)", "per-call exec deny[0]")
-	wantDenied(t, h.do("POST", base+"/exec", tokenA, api.Exec{Args: []string{"touch", "/workspace/marker"}, Policy: &policy.CallRules{Allow: []string{"Exec(touch *)"}}}),
+	wantDenied(t, h.do("POST", base+"/exec", tokenA, api.Exec{Args: []string{"touch", "/workspace/marker"}, Policy: &api.CallRules{Allow: []string{"Exec(touch *)"}}}),
 		"deny Exec(touch *)", "user")
-	for _, bad := range []*policy.CallRules{{Deny: []string{"Exec("}}, {Profile: policy.Trusted}} {
+	for _, bad := range []*api.CallRules{{Deny: []string{"Exec("}}, {Profile: string(policy.Trusted)}} {
 		if r := h.do("POST", base+"/exec", tokenA, api.Exec{Args: []string{"true"}, Policy: bad}); r.status != http.StatusBadRequest {
 			t.Fatalf("bad per-call rules %+v: %d %s", bad, r.status, r.body)
 		}
 	}
 	// Per-sandbox rules apply to every call of the sandbox.
-	id2 := h.create(tokenA, api.CreateSandbox{Policy: &policy.CallRules{Deny: []string{"Exec(cat *)"}}})
+	id2 := h.create(tokenA, api.CreateSandbox{Policy: &api.CallRules{Deny: []string{"Exec(cat *)"}}})
 	wantDenied(t, h.do("POST", "/v1/sandboxes/"+id2+"/exec", tokenA, api.Exec{Args: []string{"cat", "/etc/hostname"}}), "deny Exec(cat *)", "per-call sandbox deny[0]")
-	if r := h.do("POST", "/v1/sandboxes", tokenA, api.CreateSandbox{Policy: &policy.CallRules{Ask: []string{"Nope(x)"}}}); r.status != http.StatusBadRequest {
+	if r := h.do("POST", "/v1/sandboxes", tokenA, api.CreateSandbox{Policy: &api.CallRules{Ask: []string{"Nope(x)"}}}); r.status != http.StatusBadRequest {
 		t.Fatalf("bad sandbox rules: %d %s", r.status, r.body)
 	}
 

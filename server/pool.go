@@ -57,7 +57,7 @@ func (s *Service) startPools(cfgs []PoolConfig) *pools {
 		switch c.Profile {
 		case "", string(policy.Trusted):
 		case string(policy.Untrusted):
-			req.Policy = &policy.CallRules{Profile: policy.Untrusted}
+			req.Policy = &api.CallRules{Profile: string(policy.Untrusted)}
 		default:
 			p.err = api.Errorf(api.CodeInvalidArgument, "pool profile %q (want trusted or untrusted)", c.Profile)
 		}

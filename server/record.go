@@ -114,11 +114,20 @@ func (s *Service) auditQuery(ctx context.Context, c Caller, in *input) (any, err
 	if err != nil {
 		return nil, err
 	}
-	out := api.AuditPage{Events: page.Events, More: page.More}
-	if out.Events == nil {
-		out.Events = []audit.Event{}
+	return &api.AuditPage{Events: auditEvents(page.Events), More: page.More}, nil
+}
+
+// auditEvents converts the audit log's events to their wire form (package
+// api keeps plain structs, apart from the audit log); never nil, so that an
+// empty page has "events": [].
+func auditEvents(evs []audit.Event) []api.AuditEvent {
+	out := make([]api.AuditEvent, len(evs))
+	for i, e := range evs {
+		// A conversion, not a copy field by field: it stops compiling if
+		// the two types stop having the same fields.
+		out[i] = api.AuditEvent(e)
 	}
-	return &out, nil
+	return out
 }
 
 // fromRecord describes a stopped sandbox from its store record.

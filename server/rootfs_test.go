@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/api"
-	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/rootfs"
 	"github.com/moat-sandbox/moat/sandbox"
 )
@@ -146,7 +145,7 @@ func TestPoolClaimEnforcesClaimerPolicy(t *testing.T) {
 	}
 	waitFill()
 	r := h.do("POST", "/v1/sandboxes", tokenA, api.CreateSandbox{
-		Policy:  &policy.CallRules{Deny: []string{"Exec(cat *)"}},
+		Policy:  &api.CallRules{Deny: []string{"Exec(cat *)"}},
 		Limits:  sandbox.Limits{MemoryBytes: 64 << 20},
 		Network: &api.Network{Mode: "proxy", AllowDomains: []string{"allowed.test"}},
 	})

@@ -59,7 +59,7 @@ var workloads = []workload{
 		}
 		defer unix.Close(fd)
 		for range n {
-			_, _ = unix.IoctlGetTermios(fd, unix.TCGETS)
+			_ = getTermios(fd)
 		}
 		return nil
 	}},

@@ -127,8 +127,8 @@ func parseWhen(name, v string, now time.Time) (time.Time, error) {
 // lastEvents fetches the last limit events matching q, oldest first,
 // paging backwards (audit.query with newest and before_seq) past the
 // daemon's page size; more says that earlier events match too.
-func lastEvents(ctx context.Context, c *client.Client, q api.AuditQuery, limit int) ([]audit.Event, bool, error) {
-	var events []audit.Event
+func lastEvents(ctx context.Context, c *client.Client, q api.AuditQuery, limit int) ([]api.AuditEvent, bool, error) {
+	var events []api.AuditEvent
 	q.Newest = true
 	for {
 		q.Limit = min(limit-len(events), audit.MaxLimit)
@@ -149,7 +149,7 @@ func lastEvents(ctx context.Context, c *client.Client, q api.AuditQuery, limit i
 
 // auditRow is one event in the table; every field a caller or a sandbox
 // chose is escaped.
-func auditRow(e audit.Event) string {
+func auditRow(e api.AuditEvent) string {
 	detail := ""
 	switch {
 	case e.Error != "":

@@ -220,7 +220,7 @@ func TestAuditFake(t *testing.T) {
 	var queries []string
 	mux.HandleFunc("GET /v1/audit", func(w http.ResponseWriter, r *http.Request) {
 		queries = append(queries, r.URL.RawQuery)
-		replyJSON(w, 200, api.AuditPage{Events: []audit.Event{
+		replyJSON(w, 200, api.AuditPage{Events: []api.AuditEvent{
 			{Seq: 7, Time: time.Now(), Tenant: "default", Actor: "token:1234", Sandbox: "sb-1", Kind: "process.exec", Decision: "allow",
 				Request: json.RawMessage(`{"args":["echo","\u001b[31mred"]}`)},
 			{Seq: 8, Time: time.Now(), Tenant: "default", Actor: "token:1234", Sandbox: "sb-1", Kind: "process.signal", Error: "gone\x1b[2J"},

@@ -110,6 +110,9 @@ func sbCopy(sio sandboxIO) *command {
 			if asJSON && args[1] == "-" {
 				return usageError("cp: --json cannot go with - as the destination (the file's content is stdout)")
 			}
+			if err := cpSupported(); err != nil {
+				return err
+			}
 			sum := &cpSummary{Direction: "in", Sandbox: dstID}
 			err := withClient(func(c *client.Client) error {
 				ctx, stop := interruptible(ctx)
@@ -185,7 +188,7 @@ func openHost(dirfd int, p string, flags int) (int, error) {
 		}
 	}()
 	step := func(at int, name string) error {
-		fd, err := unix.Openat(at, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		fd, err := unix.Openat(at, name, oPath|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return &hostPathError{Path: p, Err: err}
 		}
@@ -226,7 +229,7 @@ func openHost(dirfd int, p string, flags int) (int, error) {
 // symlinkOnPath finds the first component of rel (beneath dirfd) that is
 // a symlink, if any.
 func symlinkOnPath(dirfd int, rel string) (string, bool) {
-	cur, err := unix.Openat(dirfd, ".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	cur, err := unix.Openat(dirfd, ".", oPath|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return "", false
 	}
@@ -244,7 +247,7 @@ func symlinkOnPath(dirfd int, rel string) (string, bool) {
 		default:
 			return "", false
 		}
-		next, err := fstree.OpenBeneath(cur, c, unix.O_PATH|unix.O_DIRECTORY)
+		next, err := fstree.OpenBeneath(cur, c, oPath|unix.O_DIRECTORY)
 		if err != nil {
 			return "", false
 		}
@@ -272,10 +275,10 @@ func openHostParent(p string) (hostEntry, error) {
 	clean := filepath.Clean(p)
 	base := filepath.Base(clean)
 	if base == "." || base == ".." || base == "/" {
-		fd, err := openHost(unix.AT_FDCWD, clean, unix.O_PATH|unix.O_DIRECTORY)
+		fd, err := openHost(unix.AT_FDCWD, clean, oPath|unix.O_DIRECTORY)
 		return hostEntry{fd: fd}, err
 	}
-	fd, err := openHost(unix.AT_FDCWD, filepath.Dir(clean), unix.O_PATH|unix.O_DIRECTORY)
+	fd, err := openHost(unix.AT_FDCWD, filepath.Dir(clean), oPath|unix.O_DIRECTORY)
 	if err != nil {
 		var e *hostPathError
 		if errors.As(err, &e) {
@@ -302,7 +305,7 @@ func copyIn(ctx context.Context, sio sandboxIO, sb *client.Sandbox, src, dst str
 	var h hostEntry
 	var err error
 	if strings.HasSuffix(src, "/") {
-		h.fd, err = openHost(unix.AT_FDCWD, src, unix.O_PATH|unix.O_DIRECTORY)
+		h.fd, err = openHost(unix.AT_FDCWD, src, oPath|unix.O_DIRECTORY)
 	} else {
 		h, err = openHostParent(src)
 	}
@@ -585,7 +588,7 @@ func copyOut(ctx context.Context, sio sandboxIO, sb *client.Sandbox, src, dst st
 // entry goes into it). No symlink is followed: one in dst, the last
 // component included, is an error.
 func hostTarget(dst, srcBase string) (dir int, name string, into bool, err error) {
-	fd, err := openHost(unix.AT_FDCWD, dst, unix.O_PATH|unix.O_DIRECTORY)
+	fd, err := openHost(unix.AT_FDCWD, dst, oPath|unix.O_DIRECTORY)
 	switch {
 	case err == nil:
 		if srcBase != "/" && srcBase != "." && srcBase != ".." {
@@ -763,7 +766,7 @@ func (x *extractor) placeTop(h *tar.Header, r io.Reader, mode uint32) error {
 		if err := mkdirKeep(x.dir, x.name, mode|0o700); err != nil {
 			return err
 		}
-		fd, err := fstree.OpenBeneath(x.dir, x.name, unix.O_PATH|unix.O_DIRECTORY)
+		fd, err := fstree.OpenBeneath(x.dir, x.name, oPath|unix.O_DIRECTORY)
 		if err != nil {
 			return x.topError(err)
 		}
@@ -821,22 +824,22 @@ func (x *extractor) topError(err error) error {
 // missing ones; no symlink is followed on the way.
 func (x *extractor) mkdirs(rel string) (int, error) {
 	if rel == "" {
-		return unix.Openat(x.root, ".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		return unix.Openat(x.root, ".", oPath|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	}
-	if fd, err := fstree.OpenBeneath(x.root, rel, unix.O_PATH|unix.O_DIRECTORY); err == nil {
+	if fd, err := fstree.OpenBeneath(x.root, rel, oPath|unix.O_DIRECTORY); err == nil {
 		return fd, nil
 	} else if err != unix.ENOENT {
 		return -1, onPathError(x.root, rel, err)
 	}
-	cur, err := unix.Openat(x.root, ".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	cur, err := unix.Openat(x.root, ".", oPath|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, err
 	}
 	for _, c := range strings.Split(rel, "/") {
-		fd, err := fstree.OpenBeneath(cur, c, unix.O_PATH|unix.O_DIRECTORY)
+		fd, err := fstree.OpenBeneath(cur, c, oPath|unix.O_DIRECTORY)
 		if err == unix.ENOENT {
 			if err = unix.Mkdirat(cur, c, 0o755); err == nil || err == unix.EEXIST {
-				fd, err = fstree.OpenBeneath(cur, c, unix.O_PATH|unix.O_DIRECTORY)
+				fd, err = fstree.OpenBeneath(cur, c, oPath|unix.O_DIRECTORY)
 			}
 		}
 		if err != nil {

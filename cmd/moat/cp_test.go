@@ -23,7 +23,7 @@ import (
 // openDirFd opens dir for the *at calls of a test.
 func openDirFd(t testing.TB, dir string) int {
 	t.Helper()
-	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(dir, oPath|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestOpenHost(t *testing.T) {
 			if !abs {
 				p, dirfd = "../"+c.p, openDirFd(t, filepath.Join(base, "real"))
 			}
-			fd, err := openHost(dirfd, p, unix.O_PATH|unix.O_DIRECTORY)
+			fd, err := openHost(dirfd, p, oPath|unix.O_DIRECTORY)
 			if c.link == "" {
 				if err != nil {
 					t.Errorf("%s: %v", p, err)
@@ -104,12 +104,12 @@ func TestOpenHost(t *testing.T) {
 		}
 	}
 	for _, p := range []string{"/proc/self/cwd", "/proc/self/root/" + base, "/dev/fd/0", fmt.Sprintf("/proc/%d/cwd", os.Getpid()), fmt.Sprintf("/proc/%d/root/tmp", os.Getpid())} {
-		if fd, err := openHost(unix.AT_FDCWD, p, unix.O_PATH|unix.O_DIRECTORY); err == nil {
+		if fd, err := openHost(unix.AT_FDCWD, p, oPath|unix.O_DIRECTORY); err == nil {
 			unix.Close(fd)
 			t.Errorf("%s: a magic link was followed", p)
 		}
 	}
-	if _, err := openHost(unix.AT_FDCWD, filepath.Join(base, "none"), unix.O_PATH|unix.O_DIRECTORY); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := openHost(unix.AT_FDCWD, filepath.Join(base, "none"), oPath|unix.O_DIRECTORY); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("missing: %v", err)
 	}
 }
@@ -435,7 +435,7 @@ func FuzzOpenHost(f *testing.F) {
 		must(t, os.Symlink(base, filepath.Join(d, "abs")))
 		must(t, os.Symlink(".", filepath.Join(d, "self")))
 		must(t, os.Symlink("..", filepath.Join(d, "e", "up")))
-		fd, err := openHost(openDirFd(t, d), p, unix.O_PATH|unix.O_DIRECTORY)
+		fd, err := openHost(openDirFd(t, d), p, oPath|unix.O_DIRECTORY)
 		if err != nil {
 			return
 		}

@@ -10,37 +10,46 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/moat-sandbox/moat/runtime/linux"
+	"github.com/moat-sandbox/moat/config"
+	moatruntime "github.com/moat-sandbox/moat/runtime"
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
 // doctorReport is `moat doctor --json`.
 type doctorReport struct {
 	OK          bool                 `json:"ok"`
-	Checks      []linux.Check        `json:"checks"`
+	Runtime     string               `json:"runtime"`
+	Checks      []moatruntime.Check  `json:"checks"`
 	Enforcement *sandbox.Enforcement `json:"enforcement,omitempty"`
 }
 
 func doctorCommand() *command {
 	var asJSON bool
+	var rtFlag string
 	return &command{
 		name:  "doctor",
-		usage: "[--json]",
+		usage: "[--json] [--runtime NAME]",
 		short: "Report what this host can enforce, what it cannot, and why",
-		long: `Probe the kernel features moat's sandbox needs, then start a real sandbox
-and read back, from inside it, what the kernel says is in effect (uid,
-seccomp mode, no_new_privs, every capability set).
+		long: `Probe the kernel features moat's sandbox runtime needs (--runtime; default
+the config's runtime, else linux), then start a real sandbox and read back,
+from inside it, what the kernel says is in effect (uid, seccomp mode,
+no_new_privs, every capability set).
 
 Exit codes: 0 when every required protection is available and the test
 sandbox confirmed it; 1 otherwise.`,
 		setup: func(fs *pflag.FlagSet) {
 			fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
+			fs.StringVar(&rtFlag, "runtime", "", runtimeFlagUsage())
 		},
 		run: func(ctx context.Context, args []string) error {
 			if len(args) > 0 {
 				return usageError("doctor takes no arguments")
 			}
-			rep := runDoctor(ctx)
+			name, cfgErr, err := doctorRuntime(rtFlag)
+			if err != nil {
+				return err
+			}
+			rep := runDoctor(ctx, name, cfgErr)
 			if asJSON {
 				enc := json.NewEncoder(os.Stdout)
 				enc.SetIndent("", "  ")
@@ -76,15 +85,33 @@ func printDoctor(rep doctorReport) {
 	}
 }
 
-func runDoctor(ctx context.Context) doctorReport {
-	rep := doctorReport{Checks: linux.Probe()}
-	add := func(name string, ok bool, detail string) {
-		rep.Checks = append(rep.Checks, linux.Check{Name: name, OK: ok, Detail: detail, Required: true})
+// doctorRuntime is the runtime moat doctor checks: --runtime, else the
+// one moat run and moat serve would open. A config file that does not load
+// (cfgErr) is a warning: the doctor then checks --runtime or moat's default.
+func doctorRuntime(flag string) (name string, cfgErr, err error) {
+	d, cfgErr := config.Load("")
+	if cfgErr != nil {
+		d = config.BuiltIn()
 	}
-	rt, err := linux.New()
+	name, err = runtimeName(flag, d)
+	return name, cfgErr, err
+}
+
+func runDoctor(ctx context.Context, name string, cfgErr error) doctorReport {
+	rep := doctorReport{Runtime: name}
+	if cfgErr != nil {
+		rep.Checks = append(rep.Checks, moatruntime.Check{Name: "config", Detail: cfgErr.Error()})
+	}
+	probe, _ := moatruntime.Probe(name) // name is known
+	rep.Checks = append(rep.Checks, probe...)
+	add := func(name string, ok bool, detail string) {
+		rep.Checks = append(rep.Checks, moatruntime.Check{Name: name, OK: ok, Detail: detail, Required: true})
+	}
+	rt, closeRT, err := openRuntime(name, moatruntime.Options{})
 	if err != nil {
 		add("runtime", false, err.Error())
 	} else {
+		defer closeRT()
 		enf := rt.Enforcement()
 		rep.Enforcement = &enf
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)

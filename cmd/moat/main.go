@@ -17,10 +17,9 @@ import (
 	"os"
 
 	"github.com/spf13/pflag"
-	"golang.org/x/sys/unix"
 
 	"github.com/moat-sandbox/moat/display"
-	"github.com/moat-sandbox/moat/runtime/linux"
+	moatruntime "github.com/moat-sandbox/moat/runtime"
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
@@ -28,10 +27,11 @@ import (
 var version = "dev"
 
 func main() {
-	linux.RunHelper()
+	// A runtime's helper processes (a sandbox's init…) are this binary.
+	moatruntime.RunHelpers()
 	// Descriptors moat inherited must not reach anything it starts; the
 	// sandbox's init also closes whatever it inherits.
-	_ = unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
+	closeInherited()
 	if os.Getenv("MOAT_LOG") == "debug" {
 		slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/moat-sandbox/moat/output"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/rootfs"
-	"github.com/moat-sandbox/moat/runtime/linux"
+	moatruntime "github.com/moat-sandbox/moat/runtime"
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
@@ -50,6 +50,7 @@ type runFlags struct {
 	allowDomains, denyDomains []string
 
 	template, store string
+	runtime         string
 }
 
 const runLong = `Run one command in a fresh sandbox and stream its output.
@@ -160,6 +161,7 @@ func runCommand() *command {
 			fl.StringVar(&f.config, "config", "", "operator config `FILE` with default limits (default $MOAT_CONFIG or "+config.DefaultPath+")")
 			fl.StringVar(&f.template, "template", "", "run on the root filesystem of template `NAME` (default host: the host's system directories; see 'moat template')")
 			fl.StringVar(&f.store, "store", "", "template store `DIR` of --template (default the config's [store] dir, else "+rootfs.DefaultDir+")")
+			fl.StringVar(&f.runtime, "runtime", "", runtimeFlagUsage())
 		},
 		run: func(ctx context.Context, args []string) error {
 			err := runRun(ctx, f, args)
@@ -200,6 +202,10 @@ func runRun(ctx context.Context, f *runFlags, args []string) error {
 		return fmt.Errorf("%w: --timeout must not be negative", sandbox.ErrInvalidSpec)
 	}
 	defaults, err := config.Load(f.config)
+	if err != nil {
+		return err
+	}
+	rtName, err := runtimeName(f.runtime, defaults)
 	if err != nil {
 		return err
 	}
@@ -290,10 +296,11 @@ func runRun(ctx context.Context, f *runFlags, args []string) error {
 	ctx, sw := watchSignals(ctx, proc, defaults.KillGrace)
 	defer sw.stop()
 
-	rt, err := linux.New(linux.WithDefaults(defaults.Limits), linux.WithKillGrace(defaults.KillGrace))
+	rt, closeRT, err := openRuntime(rtName, moatruntime.Options{Defaults: defaults.Limits, KillGrace: defaults.KillGrace})
 	if err != nil {
 		return err
 	}
+	defer closeRT()
 	if f.timeout == 0 {
 		f.timeout = defaults.Timeout
 	}

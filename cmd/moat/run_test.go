@@ -15,7 +15,7 @@ import (
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
-// TestExitCodes checks every exit code of DESIGN.md's semantics through
+// TestExitCodes checks every exit code of docs/DESIGN.md's semantics through
 // the CLI, streaming mode and --json alike.
 func TestExitCodes(t *testing.T) {
 	testutil.RequireRoot(t)

@@ -24,7 +24,6 @@ import (
 	"github.com/moat-sandbox/moat/client"
 	"github.com/moat-sandbox/moat/config"
 	"github.com/moat-sandbox/moat/display"
-	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
@@ -428,11 +427,11 @@ func (r *ruleFlags) declare(fl *pflag.FlagSet, what string) {
 }
 
 // callRules is nil when no rule was given.
-func (r *ruleFlags) callRules() *policy.CallRules {
+func (r *ruleFlags) callRules() *api.CallRules {
 	if len(r.ask)+len(r.deny) == 0 {
 		return nil
 	}
-	return &policy.CallRules{Ask: r.ask, Deny: r.deny}
+	return &api.CallRules{Ask: r.ask, Deny: r.deny}
 }
 
 func (f *execFlags) declare(fl *pflag.FlagSet, exec bool) {

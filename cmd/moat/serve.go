@@ -24,7 +24,7 @@ import (
 	"github.com/moat-sandbox/moat/config"
 	"github.com/moat-sandbox/moat/display"
 	"github.com/moat-sandbox/moat/rootfs"
-	"github.com/moat-sandbox/moat/runtime/linux"
+	moatruntime "github.com/moat-sandbox/moat/runtime"
 	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/store"
 )
@@ -49,6 +49,7 @@ type serveFlags struct {
 	logLevel       string
 	logStderr      bool
 	store          string
+	runtime        string
 
 	home            string
 	policyManaged   string
@@ -135,6 +136,7 @@ func serveCommand() *command {
 			fl.BoolVar(&f.stdio, "stdio", false, "serve JSON-RPC 2.0 on stdin/stdout instead of HTTP")
 			fl.StringVar(&f.config, "config", "", "operator config `FILE` with default limits (default $MOAT_CONFIG or "+config.DefaultPath+")")
 			fl.StringVar(&f.store, "store", "", "template and snapshot store `DIR` (default the config's [store] dir, else "+rootfs.DefaultDir+")")
+			fl.StringVar(&f.runtime, "runtime", "", runtimeFlagUsage())
 			fl.BoolVar(&f.allowHostPaths, "allow-host-paths", false, "let HTTP callers bind host directories (always on with --stdio)")
 			fl.DurationVar(&f.timeout, "default-timeout", server.DefaultTimeout, "maximum age of a sandbox created without timeout_ms")
 			fl.DurationVar(&f.idleTimeout, "idle-timeout", server.DefaultIdleTimeout, "idle timeout of a sandbox created without idle_timeout_ms")
@@ -198,6 +200,10 @@ func runServe(ctx context.Context, f *serveFlags, args []string) error {
 	if err != nil {
 		return err
 	}
+	rtName, err := runtimeName(f.runtime, defaults)
+	if err != nil {
+		return err
+	}
 	if f.fs == nil || !f.fs.Changed("max-conns-per-client") {
 		f.maxConnsPerClient = defaults.API.MaxConnsPerClient
 	}
@@ -258,17 +264,17 @@ func runServe(ctx context.Context, f *serveFlags, args []string) error {
 		// an open directory only shows their names.
 		log.Warn("data directory is open to other users; its files are not", "dir", dataDir, "mode", fmt.Sprintf("%04o", fi.Mode().Perm()))
 	}
-	// The daemon's sandboxes are started by a spawner process made now,
-	// while the daemon is small: a fork of the daemon itself would get
-	// slower with every sandbox it holds.
-	rt, err := linux.New(linux.WithDefaults(defaults.Limits), linux.WithKillGrace(defaults.KillGrace),
-		linux.WithLogger(log), linux.WithSpawner())
+	// LongLived: the linux runtime's sandboxes are started by a spawner
+	// process made now, while the daemon is small: a fork of the daemon
+	// itself would get slower with every sandbox it holds.
+	rt, closeRT, err := openRuntime(rtName, moatruntime.Options{Defaults: defaults.Limits, KillGrace: defaults.KillGrace,
+		Logger: log, LongLived: true})
 	if err != nil {
 		return err
 	}
 	// Deferred first, so it runs last: after svc.Close has ended every
 	// sandbox.
-	defer rt.Close()
+	defer closeRT()
 	// Now that the spawner runs (the sandboxes inherit its limits, not
 	// these), let the daemon hold as many descriptors as it may.
 	raiseNofile(log)

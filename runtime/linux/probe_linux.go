@@ -27,14 +27,6 @@ func landlockABI() int {
 	return int(v)
 }
 
-// Check is one probed host capability, for `moat doctor`.
-type Check struct {
-	Name     string `json:"name"`
-	OK       bool   `json:"ok"`
-	Detail   string `json:"detail"`
-	Required bool   `json:"required"`
-}
-
 // Probe examines what this host can enforce. It creates nothing lasting:
 // namespace and mount probes run in a throwaway child (moat doctor starts
 // a real sandbox for the end-to-end check).

@@ -1,5 +1,5 @@
 // Package escape is moat's escape test suite: one test per runtime row of
-// THREAT-MODEL.md. Each test makes the attempt inside a sandbox (through
+// docs/THREAT-MODEL.md. Each test makes the attempt inside a sandbox (through
 // the probe program in ./probe, bound read-only at /opt/probe) and asserts
 // that it fails, and runs the same attempt outside the sandbox as a control
 // (as an unprivileged uid, or in a throwaway user namespace, or, for
@@ -8,4 +8,6 @@
 //
 // The tests need root (they run moat) and are skipped without it, except
 // under CI=true where they fail instead.
+//
+// The suite tests the Linux sandbox: its files build on Linux only.
 package escape

@@ -1,3 +1,5 @@
+//go:build linux
+
 package escape
 
 import (
@@ -48,7 +50,7 @@ func leakyFiles(t *testing.T) []*os.File {
 	return files
 }
 
-// TestLeakedDescriptors: THREAT-MODEL "leaked descriptors" row (the
+// TestLeakedDescriptors: docs/THREAT-MODEL.md "leaked descriptors" row (the
 // CVE-2024-21626 class). Only 0, 1 and 2 are open inside, even when the
 // moat process inherited more; the working directory is inside the
 // sandbox's root, whatever --cwd names.

@@ -1,3 +1,5 @@
+//go:build linux
+
 package escape
 
 import (
@@ -71,7 +73,7 @@ func changed(t *testing.T, p, before string) {
 	}
 }
 
-// TestFilesystemEscape: THREAT-MODEL "filesystem escape" row. Writes
+// TestFilesystemEscape: docs/THREAT-MODEL.md "filesystem escape" row. Writes
 // outside the writable roots, through "..", through absolute and relative
 // symlinks and hardlinks in the workspace, by renaming a parent directory
 // away, and through /proc/self/root, /proc/<pid>/root and /proc/<pid>/fd

@@ -1,3 +1,5 @@
+//go:build linux
+
 package escape
 
 import (
@@ -10,7 +12,7 @@ import (
 	"github.com/moat-sandbox/moat/internal/testutil"
 )
 
-// TestInformation: THREAT-MODEL "information" row. The sandbox sees its
+// TestInformation: docs/THREAT-MODEL.md "information" row. The sandbox sees its
 // own hostname, only its own processes, none of the host's environment,
 // none of the host's mounts, and no kernel log.
 func TestInformation(t *testing.T) {
@@ -67,7 +69,7 @@ func TestInformation(t *testing.T) {
 		canary := "MOAT_ESCAPE_CANARY=" + randomToken(t)
 		in := insideWith(t, moatOpts{env: []string{canary, "AWS_SECRET_ACCESS_KEY=" + randomToken(t)}}, A("env"))[0]
 		works(t, in)
-		// The keys DESIGN.md says a sandbox gets, plus the identity
+		// The keys docs/DESIGN.md says a sandbox gets, plus the identity
 		// variables of its user.
 		injected := []string{"PATH", "HOME", "TMPDIR", "NO_COLOR", "TERM", "LANG", "PAGER", "GIT_PAGER",
 			"USER", "LOGNAME", "SHELL"}

@@ -1,3 +1,5 @@
+//go:build linux
+
 package escape
 
 import (
@@ -27,7 +29,7 @@ type kernelCase struct {
 	why string
 }
 
-// TestKernelSurface: THREAT-MODEL "kernel surface" row. ptrace,
+// TestKernelSurface: docs/THREAT-MODEL.md "kernel surface" row. ptrace,
 // process_vm_*, keyrings, bpf, perf_event_open, userfaultfd, io_uring,
 // kexec, modules, file handles and personality are denied by seccomp (EPERM,
 // the errno the filter gives, not the kernel's own answer), and 32-bit

@@ -1,3 +1,5 @@
+//go:build linux
+
 package escape
 
 import (
@@ -86,7 +88,7 @@ func hostNameservers() []netip.Addr {
 	return out
 }
 
-// TestNetwork: THREAT-MODEL "network" row, with no network policy (the
+// TestNetwork: docs/THREAT-MODEL.md "network" row, with no network policy (the
 // default, --net none) and in --net proxy with the widest allowlist: TCP
 // to the host's loopback services and its other addresses, UDP and DNS to
 // the outside, and the metadata, link-local and private ranges are all

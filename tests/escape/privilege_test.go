@@ -1,3 +1,5 @@
+//go:build linux
+
 package escape
 
 import (
@@ -10,7 +12,7 @@ import (
 	"github.com/moat-sandbox/moat/internal/testutil"
 )
 
-// TestPrivilege: THREAT-MODEL "privilege" row. Inside: no_new_privs, no
+// TestPrivilege: docs/THREAT-MODEL.md "privilege" row. Inside: no_new_privs, no
 // capabilities, a setuid-root binary gives no root, and new user
 // namespaces, mount, unshare, setns, pivot_root and chroot are denied.
 func TestPrivilege(t *testing.T) {

@@ -1,3 +1,5 @@
+//go:build linux
+
 package escape
 
 import (
@@ -37,7 +39,7 @@ func startBlockerBin(t *testing.T, bin string, w who, args ...string) int {
 	return cmd.Process.Pid
 }
 
-// TestRuntimeBinary: THREAT-MODEL "runtime binary" row (the CVE-2019-5736
+// TestRuntimeBinary: docs/THREAT-MODEL.md "runtime binary" row (the CVE-2019-5736
 // class). The sandbox's pid 1 is the moat binary; none of the ways to reach
 // it through /proc (exe, mem, fd, root, environ, ptrace, process_vm) work
 // from inside, the moat binary cannot be written even where it is visible,

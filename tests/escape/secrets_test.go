@@ -1,3 +1,5 @@
+//go:build linux
+
 package escape
 
 import (
@@ -29,7 +31,7 @@ func randomToken(t testing.TB) string {
 	return hex.EncodeToString(b)
 }
 
-// TestSecretReads: THREAT-MODEL "secret reads" row. A user's ~/.ssh and
+// TestSecretReads: docs/THREAT-MODEL.md "secret reads" row. A user's ~/.ssh and
 // ~/.aws next to the workspace, /root, /etc/shadow and its kin, moat's state
 // directory and another sandbox's workspace are not visible inside. The
 // fake secrets are world-readable, so that nothing but the sandbox stands

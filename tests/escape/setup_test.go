@@ -1,3 +1,5 @@
+//go:build linux
+
 package escape
 
 import (
@@ -30,7 +32,7 @@ func hostMountsMentioning(t testing.TB, s string) []string {
 	return out
 }
 
-// TestSetupSymlinkRaces: THREAT-MODEL "setup-time symlink races" row. The
+// TestSetupSymlinkRaces: docs/THREAT-MODEL.md "setup-time symlink races" row. The
 // runtime mounts the workspace and the binds; a sandbox (or whoever
 // prepared the workspace) may have planted symlinks where it will mount.
 // The runtime must refuse (exit 125) or keep the mount inside the sandbox's

@@ -1,3 +1,5 @@
+//go:build linux
+
 package escape
 
 import (
@@ -16,7 +18,7 @@ type socketCase struct{ domain, typ, proto string }
 
 func (c socketCase) attempt() attempt { return A("socket", c.domain, c.typ, c.proto) }
 
-// TestSockets: THREAT-MODEL "sockets" row. Packet, raw, vsock, alg, key and
+// TestSockets: docs/THREAT-MODEL.md "sockets" row. Packet, raw, vsock, alg, key and
 // other exotic families, netlink beyond NETLINK_ROUTE, the host's Unix
 // sockets and its abstract Unix sockets are denied or unreachable.
 func TestSockets(t *testing.T) {

@@ -1,3 +1,5 @@
+//go:build linux
+
 package escape
 
 import (
@@ -74,7 +76,7 @@ func pendingInput(t *testing.T, slave *os.File) string {
 	return string(buf[:n])
 }
 
-// TestTerminalInjection: THREAT-MODEL "terminal injection" row. TIOCSTI and
+// TestTerminalInjection: docs/THREAT-MODEL.md "terminal injection" row. TIOCSTI and
 // TIOCLINUX, including variants with high bits set in the ioctl number, are
 // denied in both non-terminal and -t mode, the command leads its own
 // session, and a terminal moat itself runs on never reaches the sandbox.

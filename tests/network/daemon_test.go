@@ -1,3 +1,5 @@
+//go:build linux
+
 package network
 
 import (
@@ -248,7 +250,7 @@ func TestDaemonNetwork(t *testing.T) {
 				t.Fatalf("audit query %s: %v", kind, err)
 			}
 			for _, e := range page.Events {
-				viaSDK = append(viaSDK, decode(e))
+				viaSDK = append(viaSDK, decode(audit.Event(e)))
 			}
 		}
 		// On the tape itself.

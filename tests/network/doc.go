@@ -18,4 +18,6 @@
 //
 // The tests need root (they run moat) and are skipped without it, except
 // under CI=true where they fail instead.
+//
+// The suite tests the Linux sandbox: its files build on Linux only.
 package network

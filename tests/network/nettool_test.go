@@ -1,3 +1,5 @@
+//go:build linux
+
 package network
 
 // netTool is a small Python program bound read-only at toolTarget in the

@@ -1,5 +1,5 @@
 // Command genopenapi writes the OpenAPI document of moat's HTTP API
-// (api.OpenAPI) to standard output:
+// (openapi.Document, built from package api) to standard output:
 //
 //	go run ./api/internal/genopenapi > docs/openapi.json
 package main
@@ -8,11 +8,11 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/moat-sandbox/moat/api"
+	"github.com/moat-sandbox/moat/api/internal/openapi"
 )
 
 func main() {
-	doc, err := api.OpenAPI()
+	doc, err := openapi.Document()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "genopenapi:", err)
 		os.Exit(1)

@@ -57,7 +57,10 @@ func Start(ctx context.Context, bin, prefix string, extra []string, timeout time
 	d.cmd = exec.Command(d.Argv[0], d.Argv[1:]...)
 	// If the benchmark dies, the daemon is told to stop (and to end its
 	// sandboxes) instead of lingering.
-	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if d.cmd.SysProcAttr, err = daemonAttr(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
 	d.cmd.Stdin = nil
 	d.cmd.Stdout = io.Discard
 	stderr, err := d.cmd.StderrPipe()

@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 // haveInt80 reports whether int80 and the x32 bit exist on this architecture.

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command probe makes one escape attempt per subcommand and reports what the
 // kernel answered, as JSON, so that the escape tests read the outcome of the
 // attempt rather than an exit code.

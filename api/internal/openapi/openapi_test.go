@@ -1,4 +1,4 @@
-package api
+package openapi
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moat-sandbox/moat/api"
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
@@ -23,28 +24,28 @@ const regenerate = "go run ./api/internal/genopenapi > docs/openapi.json"
 // openapiDoc returns the generated document, decoded.
 func openapiDoc(t *testing.T) (raw []byte, doc map[string]any) {
 	t.Helper()
-	raw, err := OpenAPI()
+	raw, err := Document()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := json.Unmarshal(raw, &doc); err != nil {
-		t.Fatalf("OpenAPI() is not valid JSON: %v", err)
+		t.Fatalf("Document() is not valid JSON: %v", err)
 	}
 	return raw, doc
 }
 
 func TestOpenAPICommitted(t *testing.T) {
 	raw, _ := openapiDoc(t)
-	committed, err := os.ReadFile("../docs/openapi.json")
+	committed, err := os.ReadFile("../../../docs/openapi.json")
 	if err != nil {
 		t.Fatalf("%v; create it with `%s` (from the module root)", err, regenerate)
 	}
 	if !bytes.Equal(committed, raw) {
-		t.Fatalf("docs/openapi.json differs from api.OpenAPI(); regenerate it from the module root with `%s`", regenerate)
+		t.Fatalf("docs/openapi.json differs from openapi.Document(); regenerate it from the module root with `%s`", regenerate)
 	}
-	again, err := OpenAPI()
+	again, err := Document()
 	if err != nil || !bytes.Equal(again, raw) {
-		t.Fatal("OpenAPI() is not stable from one call to the next")
+		t.Fatal("Document() is not stable from one call to the next")
 	}
 	if !bytes.HasSuffix(raw, []byte("}\n")) {
 		t.Fatal("the document does not end with a newline")
@@ -57,11 +58,11 @@ func TestOpenAPIVersionAndRefs(t *testing.T) {
 		t.Fatalf("openapi = %v, want 3.1.0", doc["openapi"])
 	}
 	info, _ := doc["info"].(map[string]any)
-	if info["title"] == nil || info["version"] != Version {
+	if info["title"] == nil || info["version"] != api.Version {
 		t.Fatalf("info = %v", info)
 	}
 	desc, _ := info["description"].(string)
-	for _, want := range []string{"JSON-RPC 2.0", NotifyEvent, `"content"`, "-32000"} {
+	for _, want := range []string{"JSON-RPC 2.0", api.NotifyEvent, `"content"`, "-32000"} {
 		if !strings.Contains(desc, want) {
 			t.Errorf("info.description does not mention %q", want)
 		}
@@ -165,7 +166,7 @@ func TestOpenAPIOperations(t *testing.T) {
 		count[id]++
 		sec, hasSec := o["security"].([]any)
 		if strings.Contains(key, " /v1/") {
-			if _, ok := Lookup(id); !ok {
+			if _, ok := api.Lookup(id); !ok {
 				t.Errorf("%s: operationId %q is not in api.Ops", key, id)
 			}
 			if !hasSec || len(sec) != 1 || sec[0].(map[string]any)["bearer"] == nil {
@@ -189,7 +190,7 @@ func TestOpenAPIOperations(t *testing.T) {
 			t.Errorf("%s is not documented", want)
 		}
 	}
-	for _, op := range Ops {
+	for _, op := range api.Ops {
 		o := ops[op.Method+" "+op.Path]
 		if o == nil {
 			t.Errorf("%s: %s %s is not in the document", op.Name, op.Method, op.Path)
@@ -207,7 +208,7 @@ func TestOpenAPIOperations(t *testing.T) {
 
 // checkOpShape checks an operation's parameters, body and answers against
 // how server/http.go binds it.
-func checkOpShape(t *testing.T, doc map[string]any, op Op, o map[string]any) {
+func checkOpShape(t *testing.T, doc map[string]any, op api.Op, o map[string]any) {
 	t.Helper()
 	params := map[string]string{} // name → in
 	for _, p := range asList(o["parameters"]) {
@@ -223,9 +224,9 @@ func checkOpShape(t *testing.T, doc map[string]any, op Op, o map[string]any) {
 			pathNames = append(pathNames, n)
 		}
 	}
-	if op.In == BodyNone || op.In == BodyRaw {
+	if op.In == api.BodyNone || op.In == api.BodyRaw {
 		for _, n := range testJSONNames(reflect.TypeOf(op.Request)) {
-			if !slices.Contains(pathNames, n) && !(op.In == BodyRaw && n == "content") {
+			if !slices.Contains(pathNames, n) && !(op.In == api.BodyRaw && n == "content") {
 				want[n] = "query"
 			}
 		}
@@ -243,17 +244,17 @@ func checkOpShape(t *testing.T, doc map[string]any, op Op, o map[string]any) {
 	}
 	body, _ := o["requestBody"].(map[string]any)
 	switch op.In {
-	case BodyNone:
+	case api.BodyNone:
 		if body != nil {
 			t.Errorf("%s: takes no body but documents one", op.Name)
 		}
-	case BodyJSON:
+	case api.BodyJSON:
 		if mediaTypes(body) != "application/json" {
 			t.Errorf("%s: request media types %q", op.Name, mediaTypes(body))
 		}
-	case BodyRaw:
+	case api.BodyRaw:
 		wantMT := "application/octet-stream"
-		if op.Name == OpFileUpload {
+		if op.Name == api.OpFileUpload {
 			wantMT = "application/x-tar"
 		}
 		if mediaTypes(body) != wantMT {
@@ -262,7 +263,7 @@ func checkOpShape(t *testing.T, doc map[string]any, op Op, o map[string]any) {
 	}
 	responses := o["responses"].(map[string]any)
 	ok := "200"
-	if op.Name == OpSandboxCreate || op.Name == OpStart {
+	if op.Name == api.OpSandboxCreate || op.Name == api.OpStart {
 		ok = "201"
 	}
 	success, _ := responses[ok].(map[string]any)
@@ -271,17 +272,17 @@ func checkOpShape(t *testing.T, doc map[string]any, op Op, o map[string]any) {
 	}
 	var wantOut string
 	switch op.Out {
-	case BodyJSON:
+	case api.BodyJSON:
 		wantOut = "application/json"
-		if op.Name == OpExec || op.Name == OpApprovalList {
+		if op.Name == api.OpExec || op.Name == api.OpApprovalList {
 			wantOut += ",application/x-ndjson"
 		}
-	case BodyRaw:
+	case api.BodyRaw:
 		wantOut = "application/octet-stream"
-		if op.Name == OpFileDownload {
+		if op.Name == api.OpFileDownload {
 			wantOut = "application/x-tar"
 		}
-	case BodyStream:
+	case api.BodyStream:
 		wantOut = "application/x-ndjson"
 	}
 	if got := mediaTypes(success); got != wantOut {
@@ -371,13 +372,13 @@ func wireTypes() map[reflect.Type]bool {
 			add(t.Field(i).Type)
 		}
 	}
-	for _, op := range Ops {
+	for _, op := range api.Ops {
 		add(reflect.TypeOf(op.Request))
 		add(reflect.TypeOf(op.Response))
 	}
-	add(reflect.TypeFor[Event]())
-	add(reflect.TypeFor[Error]())
-	add(reflect.TypeFor[Health]())
+	add(reflect.TypeFor[api.Event]())
+	add(reflect.TypeFor[api.Error]())
+	add(reflect.TypeFor[api.Health]())
 	return out
 }
 
@@ -392,7 +393,7 @@ func TestOpenAPISchemas(t *testing.T) {
 	used := map[string]bool{}
 	for ty := range types {
 		name := ty.Name()
-		if len(byName[name]) > 1 && ty.PkgPath() != reflect.TypeFor[Op]().PkgPath() {
+		if len(byName[name]) > 1 && ty.PkgPath() != reflect.TypeFor[api.Op]().PkgPath() {
 			pkg := ty.PkgPath()[strings.LastIndex(ty.PkgPath(), "/")+1:]
 			name = strings.ToUpper(pkg[:1]) + pkg[1:] + name
 		}
@@ -433,7 +434,7 @@ func TestOpenAPISchemas(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		v    any
-	}{{"Sandbox", Sandbox{}}, {"Process", Process{}}, {"Result", sandbox.Result{}}, {"Event", Event{}}, {"Error", Error{}}} {
+	}{{"Sandbox", api.Sandbox{}}, {"Process", api.Process{}}, {"Result", sandbox.Result{}}, {"Event", api.Event{}}, {"Error", api.Error{}}} {
 		var req []string
 		for _, r := range asList(schemas[c.name].(map[string]any)["required"]) {
 			req = append(req, r.(string))
@@ -480,13 +481,13 @@ func TestOpenAPIDocKeys(t *testing.T) {
 		}
 	}
 	for k := range opDocs {
-		if _, ok := Lookup(k); !ok {
+		if _, ok := api.Lookup(k); !ok {
 			t.Errorf("opDocs[%q] names no operation", k)
 		}
 	}
 	for k := range queryDocs {
 		i := strings.LastIndex(k, ".")
-		op, ok := Lookup(k[:i])
+		op, ok := api.Lookup(k[:i])
 		if !ok || !slices.Contains(testJSONNames(reflect.TypeOf(op.Request)), k[i+1:]) {
 			t.Errorf("queryDocs[%q] names no parameter", k)
 		}
@@ -530,12 +531,12 @@ func constValues(t *testing.T, file, prefix string) []string {
 // constant of the source.
 func TestOpenAPIEnums(t *testing.T) {
 	for _, c := range []struct{ file, prefix, key string }{
-		{"errors.go", "Code", "Error.code"},
-		{"api.go", "State", "Sandbox.state"},
-		{"api.go", "End", "Sandbox.end_reason"},
-		{"api.go", "Proc", "Process.state"},
-		{"api.go", "Event", "Event.type"},
-		{"../sandbox/result.go", "Reason", "Result.exit_reason"},
+		{"../../errors.go", "Code", "Error.code"},
+		{"../../api.go", "State", "Sandbox.state"},
+		{"../../api.go", "End", "Sandbox.end_reason"},
+		{"../../api.go", "Proc", "Process.state"},
+		{"../../api.go", "Event", "Event.type"},
+		{"../../../sandbox/result.go", "Reason", "Result.exit_reason"},
 	} {
 		want := constValues(t, c.file, c.prefix)
 		got := enums[c.key]
@@ -550,8 +551,8 @@ func TestOpenAPIEnums(t *testing.T) {
 	_, doc := openapiDoc(t)
 	responses := doc["components"].(map[string]any)["responses"].(map[string]any)
 	for _, c := range errorCodes {
-		if responses[errorResponseName(HTTPStatus(&Error{Code: c}))] == nil {
-			t.Errorf("code %s: no shared answer for status %d", c, HTTPStatus(&Error{Code: c}))
+		if responses[errorResponseName(api.HTTPStatus(&api.Error{Code: c}))] == nil {
+			t.Errorf("code %s: no shared answer for status %d", c, api.HTTPStatus(&api.Error{Code: c}))
 		}
 	}
 }

@@ -1,4 +1,9 @@
-package api
+// Package openapi builds the OpenAPI document of moat's HTTP API from the
+// wire contract, package api: its operations table ([api.Ops]) and the
+// json tags of its request and answer types. It lives apart from package
+// api so that the Go SDK (package client) and other users of api do not
+// compile it; cmd genopenapi and the tests use it.
+package openapi
 
 import (
 	"bytes"
@@ -13,16 +18,17 @@ import (
 	"strings"
 	"time"
 
+	"github.com/moat-sandbox/moat/api"
 	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
-// OpenAPI returns the OpenAPI 3.1 document of the HTTP API as indented
+// Document returns the OpenAPI 3.1 document of the HTTP API as indented
 // JSON ending with a newline. It is built from [Ops] and from the json
 // tags of the request and answer types, so it cannot drift from what the
 // server binds; docs/openapi.json is its committed output
 // (`go run ./api/internal/genopenapi > docs/openapi.json`).
-func OpenAPI() ([]byte, error) {
+func Document() ([]byte, error) {
 	g := &openapiGen{
 		types:     map[reflect.Type]bool{},
 		request:   map[reflect.Type]bool{},
@@ -46,10 +52,10 @@ func OpenAPI() ([]byte, error) {
 // errorCodes lists every error code of the API, in the order of
 // errors.go.
 var errorCodes = []string{
-	CodeInvalidArgument, CodeUnauthenticated, CodePermissionDenied, CodeNotFound, CodeMethodNotAllowed,
-	CodeTimeout, CodeBusy, CodeConflict, CodeGone, CodeTooLarge, CodeUnsupportedMedia, CodeTooMany,
-	CodeInternal, CodeSetup, CodeUnavailable, CodeFile, CodeNotRunning, CodeUnimplemented, CodePolicyDenied,
-	CodeStorage,
+	api.CodeInvalidArgument, api.CodeUnauthenticated, api.CodePermissionDenied, api.CodeNotFound, api.CodeMethodNotAllowed,
+	api.CodeTimeout, api.CodeBusy, api.CodeConflict, api.CodeGone, api.CodeTooLarge, api.CodeUnsupportedMedia, api.CodeTooMany,
+	api.CodeInternal, api.CodeSetup, api.CodeUnavailable, api.CodeFile, api.CodeNotRunning, api.CodeUnimplemented, api.CodePolicyDenied,
+	api.CodeStorage,
 }
 
 // fileErrnos are the errno names of file_error that have a status of
@@ -230,13 +236,13 @@ func (g *openapiGen) collect(t reflect.Type, request bool) error {
 
 // name assigns component names: a type's Go name, or, when two packages
 // use the same name, the package's name before it for the types outside
-// package api (audit.Event is "AuditEvent").
+// package api (a sandbox.Event beside api.Event would be "SandboxEvent").
 func (g *openapiGen) nameTypes() {
 	byName := map[string][]reflect.Type{}
 	for t := range g.types {
 		byName[t.Name()] = append(byName[t.Name()], t)
 	}
-	apiPkg := reflect.TypeFor[Op]().PkgPath()
+	apiPkg := reflect.TypeFor[api.Op]().PkgPath()
 	g.names = map[reflect.Type]string{}
 	for n, ts := range byName {
 		for _, t := range ts {
@@ -408,7 +414,7 @@ var openapiTags = []struct{ name, desc string }{
 }
 
 func (g *openapiGen) document() (object, error) {
-	for _, op := range Ops {
+	for _, op := range api.Ops {
 		rt := reflect.TypeOf(op.Request)
 		for _, p := range pathParams(op.Path) {
 			if g.pathBound[rt] == nil {
@@ -423,7 +429,7 @@ func (g *openapiGen) document() (object, error) {
 			return nil, fmt.Errorf("%s: %w", op.Name, err)
 		}
 	}
-	for _, v := range []any{Event{}, Error{}, Health{}} {
+	for _, v := range []any{api.Event{}, api.Error{}, api.Health{}} {
 		if err := g.collect(reflect.TypeOf(v), false); err != nil {
 			return nil, err
 		}
@@ -432,7 +438,7 @@ func (g *openapiGen) document() (object, error) {
 
 	paths := object{}
 	index := map[string]int{}
-	for _, op := range Ops {
+	for _, op := range api.Ops {
 		o, err := g.operation(op)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", op.Name, err)
@@ -498,7 +504,7 @@ func (g *openapiGen) document() (object, error) {
 		{"openapi", "3.1.0"},
 		{"info", object{
 			{"title", "moat control-plane API"},
-			{"version", Version},
+			{"version", api.Version},
 			{"description", infoDescription},
 		}},
 		{"servers", []object{{{"url", "http://127.0.0.1:7070"}, {"description", "`moat serve` with its default --listen address"}}}},
@@ -530,15 +536,15 @@ func pathParams(p string) []string {
 func errorStatuses() []int {
 	set := map[int]bool{}
 	for _, c := range errorCodes {
-		if c == CodeFile {
+		if c == api.CodeFile {
 			for _, e := range append(fileErrnos, "EINVAL") {
-				set[HTTPStatus(&Error{Code: c, Errno: e})] = true
+				set[api.HTTPStatus(&api.Error{Code: c, Errno: e})] = true
 			}
 			continue
 		}
-		set[HTTPStatus(&Error{Code: c})] = true
-		if c == CodeTooMany {
-			set[HTTPStatus(&Error{Code: c, Resource: ResourceOpenFiles})] = true
+		set[api.HTTPStatus(&api.Error{Code: c})] = true
+		if c == api.CodeTooMany {
+			set[api.HTTPStatus(&api.Error{Code: c, Resource: api.ResourceOpenFiles})] = true
 		}
 	}
 	var out []int
@@ -562,14 +568,14 @@ func errorResponses() object {
 	for _, st := range errorStatuses() {
 		var codes []string
 		for _, c := range errorCodes {
-			if c == CodeFile {
+			if c == api.CodeFile {
 				var errnos []string
 				for _, e := range fileErrnos {
-					if HTTPStatus(&Error{Code: c, Errno: e}) == st {
+					if api.HTTPStatus(&api.Error{Code: c, Errno: e}) == st {
 						errnos = append(errnos, e)
 					}
 				}
-				if HTTPStatus(&Error{Code: c, Errno: "EINVAL"}) == st {
+				if api.HTTPStatus(&api.Error{Code: c, Errno: "EINVAL"}) == st {
 					errnos = append(errnos, "any other: ELOOP, EBADTAR, EINVAL…")
 				}
 				if len(errnos) > 0 {
@@ -577,11 +583,11 @@ func errorResponses() object {
 				}
 				continue
 			}
-			if HTTPStatus(&Error{Code: c}) == st {
+			if api.HTTPStatus(&api.Error{Code: c}) == st {
 				codes = append(codes, c)
 			}
-			if c == CodeTooMany && HTTPStatus(&Error{Code: c, Resource: ResourceOpenFiles}) == st {
-				codes = append(codes, fmt.Sprintf("%s (with resource, e.g. %s: the daemon's own)", c, ResourceOpenFiles))
+			if c == api.CodeTooMany && api.HTTPStatus(&api.Error{Code: c, Resource: api.ResourceOpenFiles}) == st {
+				codes = append(codes, fmt.Sprintf("%s (with resource, e.g. %s: the daemon's own)", c, api.ResourceOpenFiles))
 			}
 		}
 		r := object{
@@ -605,7 +611,7 @@ func errorResponses() object {
 }
 
 // opStatuses are the error statuses an operation may answer.
-func opStatuses(op Op) []int {
+func opStatuses(op api.Op) []int {
 	// 429: a source over its rate of failed authentications; 503: the
 	// daemon out of a resource of its own (open files).
 	set := map[int]bool{400: true, 401: true, 408: true, 429: true, 500: true, 503: true}
@@ -615,15 +621,15 @@ func opStatuses(op Op) []int {
 		}
 	}
 	switch op.In {
-	case BodyJSON:
+	case api.BodyJSON:
 		add(413, 415)
-	case BodyRaw:
+	case api.BodyRaw:
 		add(413)
 	}
 	params := pathParams(op.Path)
 	if slices.Contains(params, "sandbox") {
 		add(404)
-		if op.Name != OpSandboxGet && op.Name != OpSandboxDelete {
+		if op.Name != api.OpSandboxGet && op.Name != api.OpSandboxDelete {
 			add(409) // sandbox_not_running, busy, conflict
 		}
 	}
@@ -633,40 +639,40 @@ func opStatuses(op Op) []int {
 	if slices.Contains(params, "snapshot") {
 		add(404)
 	}
-	if strings.HasPrefix(op.Name, "snapshot.") || op.Name == OpSandboxRestore || op.Name == OpTemplateList || op.Name == OpSandboxCreate {
+	if strings.HasPrefix(op.Name, "snapshot.") || op.Name == api.OpSandboxRestore || op.Name == api.OpTemplateList || op.Name == api.OpSandboxCreate {
 		add(501) // unimplemented: no template store, or no freezer
 	}
 	if strings.HasPrefix(op.Name, "file.") {
 		add(403, 404, 409, 413) // file_error
 	}
 	switch op.Name {
-	case OpSandboxCreate, OpExec, OpStart, OpStdin, OpFileWrite, OpFileMkdir, OpFileRemove, OpFileMove, OpFileUpload,
-		OpSnapshotCreate, OpSnapshotFork, OpSandboxRestore, OpSandboxNetwork:
+	case api.OpSandboxCreate, api.OpExec, api.OpStart, api.OpStdin, api.OpFileWrite, api.OpFileMkdir, api.OpFileRemove, api.OpFileMove, api.OpFileUpload,
+		api.OpSnapshotCreate, api.OpSnapshotFork, api.OpSandboxRestore, api.OpSandboxNetwork:
 		// New work: insufficient_storage while the daemon's data disk is
 		// full (refused before it runs; or, for exec and start, ran but not
 		// yet recorded: the error's result holds what it answered).
 		add(507)
 	}
 	switch op.Name {
-	case OpSandboxCreate:
+	case api.OpSandboxCreate:
 		add(403, 429, 503) // 403: host paths refused, policy_denied
-	case OpExec:
+	case api.OpExec:
 		add(403) // policy_denied
-	case OpSandboxNetwork:
+	case api.OpSandboxNetwork:
 		add(403) // policy_denied: mode open, an address entry the managed policy does not permit
-	case OpStart:
+	case api.OpStart:
 		add(403, 429) // policy_denied; resource_exhausted: too many running processes
-	case OpApprovalGet:
+	case api.OpApprovalGet:
 		add(404)
-	case OpApprovalAnswer:
+	case api.OpApprovalAnswer:
 		add(403, 404, 409) // permission_denied (not an approver); conflict (answered)
-	case OpStdin, OpSignal:
+	case api.OpStdin, api.OpSignal:
 		add(410)
-	case OpSnapshotDelete:
+	case api.OpSnapshotDelete:
 		add(409) // conflict: a snapshot or live sandbox uses it
-	case OpSnapshotFork:
+	case api.OpSnapshotFork:
 		add(403, 429, 503) // as sandbox.create
-	case OpSnapshotCreate:
+	case api.OpSnapshotCreate:
 		add(413, 507) // too_large: over the capture caps; insufficient_storage: the tenant's store quota
 	}
 	var out []int
@@ -683,8 +689,8 @@ func binary(mt string) object {
 }
 
 // rawMediaType is the media type of an operation's raw body.
-func rawMediaType(op Op) string {
-	if op.Name == OpFileUpload || op.Name == OpFileDownload {
+func rawMediaType(op api.Op) string {
+	if op.Name == api.OpFileUpload || op.Name == api.OpFileDownload {
 		return "application/x-tar"
 	}
 	return "application/octet-stream"
@@ -706,7 +712,7 @@ func queryable(t reflect.Type) bool {
 	return false
 }
 
-func (g *openapiGen) operation(op Op) (object, error) {
+func (g *openapiGen) operation(op api.Op) (object, error) {
 	rt := reflect.TypeOf(op.Request)
 	respName := g.names[reflect.TypeOf(op.Response)]
 	reqName := g.names[rt]
@@ -752,9 +758,9 @@ func (g *openapiGen) operation(op Op) (object, error) {
 		}
 		params = append(params, object{{"name", p}, {"in", "path"}, {"required", true}, {"description", desc}, {"schema", s}})
 	}
-	if op.In == BodyNone || op.In == BodyRaw {
+	if op.In == api.BodyNone || op.In == api.BodyRaw {
 		for _, f := range fields {
-			if slices.Contains(pp, f.name) || op.In == BodyRaw && f.name == "content" {
+			if slices.Contains(pp, f.name) || op.In == api.BodyRaw && f.name == "content" {
 				continue
 			}
 			if !queryable(f.typ) {
@@ -783,7 +789,7 @@ func (g *openapiGen) operation(op Op) (object, error) {
 	}
 
 	switch op.In {
-	case BodyJSON:
+	case api.BodyJSON:
 		required := false
 		for _, f := range fields {
 			required = required || g.requiredIn(rt, f)
@@ -792,7 +798,7 @@ func (g *openapiGen) operation(op Op) (object, error) {
 			{"required", required},
 			{"content", object{{"application/json", object{{"schema", ref(reqName)}}}}},
 		})
-	case BodyRaw:
+	case api.BodyRaw:
 		mt := rawMediaType(op)
 		desc := "The file's new content (at most the server's max file bytes, 64 MiB by default)."
 		if mt == "application/x-tar" {
@@ -803,35 +809,35 @@ func (g *openapiGen) operation(op Op) (object, error) {
 			{"required", true},
 			{"content", object{{mt, object{{"schema", binary(mt)}}}}},
 		})
-	case BodyStream:
+	case api.BodyStream:
 		return nil, fmt.Errorf("a request cannot be a stream")
 	}
 
 	status, statusDesc := "200", "OK."
-	if op.Name == OpSandboxCreate || op.Name == OpStart {
+	if op.Name == api.OpSandboxCreate || op.Name == api.OpStart {
 		status, statusDesc = "201", "Created."
 	}
 	ndjson := object{{"application/x-ndjson", object{{"schema", ref("Event")}}}}
 	var content object
 	switch op.Out {
-	case BodyJSON:
+	case api.BodyJSON:
 		content = object{{"application/json", object{{"schema", ref(respName)}}}}
 		switch op.Name {
-		case OpExec:
+		case api.OpExec:
 			content = append(content, ndjson...)
 			statusDesc = "The process's result (application/json); with stream=true, an NDJSON stream of events, one Event per line, ending with an exit or error event."
-		case OpApprovalList:
+		case api.OpApprovalList:
 			content = append(content, ndjson...)
 			statusDesc = "The approvals (application/json); with follow=true, an NDJSON stream of approval events, one Event per line, that lasts until the client goes away (or ends with an error event)."
 		}
-	case BodyRaw:
+	case api.BodyRaw:
 		mt := rawMediaType(op)
 		content = object{{mt, object{{"schema", binary(mt)}}}}
 		statusDesc = "The file's content."
 		if mt == "application/x-tar" {
 			statusDesc = "A tar stream of path (a file or a tree)."
 		}
-	case BodyStream:
+	case api.BodyStream:
 		content = ndjson
 		statusDesc = "An NDJSON stream of events, one Event per line."
 	}
@@ -842,8 +848,8 @@ func (g *openapiGen) operation(op Op) (object, error) {
 	o.set("responses", responses)
 
 	rpc := object{{"method", op.Name}, {"params", ref(reqName)}, {"result", ref(respName)}}
-	if op.Out == BodyStream || op.Name == OpExec || op.Name == OpApprovalList {
-		rpc.set("notification", NotifyEvent)
+	if op.Out == api.BodyStream || op.Name == api.OpExec || op.Name == api.OpApprovalList {
+		rpc.set("notification", api.NotifyEvent)
 	}
 	o.set("x-jsonrpc", rpc)
 	return o, nil
@@ -852,11 +858,11 @@ func (g *openapiGen) operation(op Op) (object, error) {
 // enums are the values of string fields with a closed set, by
 // "Component.field".
 var enums = map[string][]string{
-	"Sandbox.state":       {StateRunning, StateStopped},
-	"Sandbox.end_reason":  {EndDeleted, EndIdle, EndTimeout, EndLost, EndExited, EndShutdown},
-	"ListSandboxes.state": {StateRunning, StateStopped},
-	"Process.state":       {ProcRunning, ProcExited},
-	"Event.type":          {EventStdout, EventStderr, EventExit, EventError, EventLost, EventApproval},
+	"Sandbox.state":       {api.StateRunning, api.StateStopped},
+	"Sandbox.end_reason":  {api.EndDeleted, api.EndIdle, api.EndTimeout, api.EndLost, api.EndExited, api.EndShutdown},
+	"ListSandboxes.state": {api.StateRunning, api.StateStopped},
+	"Process.state":       {api.ProcRunning, api.ProcExited},
+	"Event.type":          {api.EventStdout, api.EventStderr, api.EventExit, api.EventError, api.EventLost, api.EventApproval},
 	"Error.code":          errorCodes,
 	"Result.exit_reason": {string(sandbox.ReasonExited), string(sandbox.ReasonSignaled), string(sandbox.ReasonTimeout),
 		string(sandbox.ReasonSandboxTimeout), string(sandbox.ReasonOOM), string(sandbox.ReasonKilled), string(sandbox.ReasonSetupError)},
@@ -865,16 +871,16 @@ var enums = map[string][]string{
 	"AuditEvent.decision":     {audit.DecisionAllow, audit.DecisionDeny, audit.DecisionAsk},
 	"Approval.state":          approvalStates,
 	"Approval.kind":           {"Exec", "Read", "Write"},
-	"Approval.scope":          {ScopeOnce, ScopeAlways},
+	"Approval.scope":          {api.ScopeOnce, api.ScopeAlways},
 	"ListApprovals.state":     append(slices.Clone(approvalStates), "all"),
-	"AnswerApproval.decision": {DecisionAllow, DecisionDeny},
-	"AnswerApproval.scope":    {ScopeOnce, ScopeAlways},
+	"AnswerApproval.decision": {api.DecisionAllow, api.DecisionDeny},
+	"AnswerApproval.scope":    {api.ScopeOnce, api.ScopeAlways},
 	"CallRules.profile":       {"untrusted"},
 	"SandboxPolicy.profile":   {"untrusted", "trusted"},
 }
 
 // approvalStates are the states of an approval.
-var approvalStates = []string{ApprovalPending, ApprovalAllowed, ApprovalDenied, ApprovalExpired, ApprovalWithdrawn}
+var approvalStates = []string{api.ApprovalPending, api.ApprovalAllowed, api.ApprovalDenied, api.ApprovalExpired, api.ApprovalWithdrawn}
 
 // typeDocs describe the component schemas.
 var typeDocs = map[string]string{
@@ -1028,41 +1034,41 @@ var queryDocs = map[string]string{
 
 // opDocs describe operations beyond their summary.
 var opDocs = map[string]string{
-	OpSandboxCreate: "Another tenant never sees the sandbox: its id is 404 for them.",
-	OpSandboxGet:    "A stopped sandbox is still described (from the store) for a day after it ended.",
-	OpSandboxDelete: "Answers with the sandbox, stopped, end_reason deleted.",
-	OpExec: "One exec at a time per sandbox unless concurrent is true (else 409 busy). The request lasts as long as the process. " +
+	api.OpSandboxCreate: "Another tenant never sees the sandbox: its id is 404 for them.",
+	api.OpSandboxGet:    "A stopped sandbox is still described (from the store) for a day after it ended.",
+	api.OpSandboxDelete: "Answers with the sandbox, stopped, end_reason deleted.",
+	api.OpExec: "One exec at a time per sandbox unless concurrent is true (else 409 busy). The request lasts as long as the process. " +
 		"A process that could not be started still answers 200 with exit_code 125 and exit_reason setup_error; one still running when its sandbox reaches its maximum age answers 200 with exit_code 124 and exit_reason sandbox_timeout (the sandbox has ended). " +
 		"With stream=true, output arrives as stdout/stderr events and the last event is exit (with the result) or error.",
-	OpStart:     "stdin and stdin_base64 are refused: write to the process with process.stdin. The process's output is kept for process.output.",
-	OpOutput:    "Events are stdout/stderr (text, or data in base64), lost (output before it was dropped: the buffer is bounded), then exit once the process has ended. An error after the stream began arrives as an error event.",
-	OpStdin:     "At most 1 MiB may wait unread by the process (else 409 busy). After eof, more data is 409 conflict.",
-	OpWait:      "Answers with the process, exited, or still running when timeout_ms passed or the sandbox ended.",
-	OpFileRead:  "Over JSON-RPC the result is a FileContent with the content in base64.",
-	OpFileWrite: "The file is replaced atomically (temporary file, fsync, rename). Over JSON-RPC the params are a WriteFile with the content in base64.",
-	OpFileUpload: "Absolute names, \"..\", links leaving the directory, devices and FIFOs are refused (file_error EBADTAR); setuid, setgid and sticky bits are dropped. " +
+	api.OpStart:     "stdin and stdin_base64 are refused: write to the process with process.stdin. The process's output is kept for process.output.",
+	api.OpOutput:    "Events are stdout/stderr (text, or data in base64), lost (output before it was dropped: the buffer is bounded), then exit once the process has ended. An error after the stream began arrives as an error event.",
+	api.OpStdin:     "At most 1 MiB may wait unread by the process (else 409 busy). After eof, more data is 409 conflict.",
+	api.OpWait:      "Answers with the process, exited, or still running when timeout_ms passed or the sandbox ended.",
+	api.OpFileRead:  "Over JSON-RPC the result is a FileContent with the content in base64.",
+	api.OpFileWrite: "The file is replaced atomically (temporary file, fsync, rename). Over JSON-RPC the params are a WriteFile with the content in base64.",
+	api.OpFileUpload: "Absolute names, \"..\", links leaving the directory, devices and FIFOs are refused (file_error EBADTAR); setuid, setgid and sticky bits are dropped. " +
 		"Over JSON-RPC the params are a WriteFile with the tar stream in content, base64.",
-	OpFileDownload: "Over JSON-RPC the result is a FileContent with the tar stream in content, base64.",
-	OpAuditQuery:   "Only the caller's tenant's events.",
-	OpTemplateList: "The host template (the host's system directories, read-only) is always listed first. Templates are imported with `moat template import` on the daemon's host.",
-	OpSnapshotCreate: "The sandbox is paused (cgroup freezer) while what changed in its root since its last snapshot is copied: the snapshot is layered on that one, or on the snapshot or template the sandbox started from. " +
+	api.OpFileDownload: "Over JSON-RPC the result is a FileContent with the tar stream in content, base64.",
+	api.OpAuditQuery:   "Only the caller's tenant's events.",
+	api.OpTemplateList: "The host template (the host's system directories, read-only) is always listed first. Templates are imported with `moat template import` on the daemon's host.",
+	api.OpSnapshotCreate: "The sandbox is paused (cgroup freezer) while what changed in its root since its last snapshot is copied: the snapshot is layered on that one, or on the snapshot or template the sandbox started from. " +
 		"Process state is not captured (see processes). A sandbox whose workspace is a host directory, or with a writable bind, is 400: a snapshot would miss those files. 501 where the host has no freezer or the server no template store. " +
 		"Sparse files keep their holes. 413 over the capture caps (8 GiB of files, apparent size; 1,000,000 entries); 507 insufficient_storage when the tenant's snapshots would pass their store quota (nothing is kept).",
-	OpSandboxRestore: "The sandbox keeps its id, policy, limits and network; its filesystem becomes the snapshot's and every process of it ends (their records go). The snapshot may be of another template.",
-	OpSandboxNetwork: "The body replaces the sandbox's whole network (mode, allow_domains, deny_domains); an empty mode keeps the current one. " +
+	api.OpSandboxRestore: "The sandbox keeps its id, policy, limits and network; its filesystem becomes the snapshot's and every process of it ends (their records go). The snapshot may be of another template.",
+	api.OpSandboxNetwork: "The body replaces the sandbox's whole network (mode, allow_domains, deny_domains); an empty mode keeps the current one. " +
 		"none -> proxy creates the egress proxy's listener (127.0.0.1:3128) inside the running sandbox's network namespace; proxy -> none closes it and every proxied connection. " +
 		"open can be neither entered nor left after the create: 409 conflict. " +
 		"An IP or CIDR entry in allow_domains outside the managed policy's allow_cidr_entries is 403 policy_denied. " +
 		"Entries a deny rule of any policy layer covers are answered in dropped, with the rule, and stay refused. " +
 		"The new policy decides the next connection and request as soon as the answer is sent; a change that narrows it closes the proxied connections open under the old one. " +
 		"Audited as sandbox.network with the previous and the new network.",
-	OpSnapshotList:   "Only the caller's tenant's snapshots, oldest first, with what they cost in the store together (store_bytes) and the tenant's quota (store_quota).",
-	OpSnapshotGet:    "Another tenant's snapshot is 404.",
-	OpSnapshotDelete: "409 conflict while a snapshot is layered on it or a live sandbox (a fork, a restored sandbox) uses it.",
-	OpSnapshotFork:   "All or nothing: if one create fails, the others are deleted and the error is answered. Each create is audited as sandbox.create.",
-	OpApprovalList:   "Any token of the tenant may list and follow its approvals. Over JSON-RPC, follow=true sends the events as process.event notifications until the request is cancelled ($/cancelRequest).",
-	OpApprovalGet:    "Another tenant's approval is 404.",
-	OpApprovalAnswer: "Only approver tokens (role approver in <data>/tokens) and the stdio peer may answer; another token is 403 permission_denied, so an agent cannot approve its own calls. " +
+	api.OpSnapshotList:   "Only the caller's tenant's snapshots, oldest first, with what they cost in the store together (store_bytes) and the tenant's quota (store_quota).",
+	api.OpSnapshotGet:    "Another tenant's snapshot is 404.",
+	api.OpSnapshotDelete: "409 conflict while a snapshot is layered on it or a live sandbox (a fork, a restored sandbox) uses it.",
+	api.OpSnapshotFork:   "All or nothing: if one create fails, the others are deleted and the error is answered. Each create is audited as sandbox.create.",
+	api.OpApprovalList:   "Any token of the tenant may list and follow its approvals. Over JSON-RPC, follow=true sends the events as process.event notifications until the request is cancelled ($/cancelRequest).",
+	api.OpApprovalGet:    "Another tenant's approval is 404.",
+	api.OpApprovalAnswer: "Only approver tokens (role approver in <data>/tokens) and the stdio peer may answer; another token is 403 permission_denied, so an agent cannot approve its own calls. " +
 		"An approval that is no longer pending is 409 conflict. The waiting call then runs (allow) or fails with 403 policy_denied (deny).",
 }
 
@@ -1079,4 +1085,4 @@ The human reference is docs/API.md.
 
 **Errors.** Every error is an Error object (code, message, errno for file_error; rule, source, approval for policy_denied) with the HTTP status of its code. An error after a stream has begun arrives as its last event (type error).
 
-**JSON-RPC 2.0 over stdio** (` + "`moat serve --stdio`" + `): one JSON value per line in each direction, no token (the caller is the local user). The method is the operationId (x-jsonrpc.method), the params are the request body with the path fields included (x-jsonrpc.params: e.g. {"sandbox": "…", "process": 3}), and the result is the answer (x-jsonrpc.result). Raw bodies travel base64-encoded in a "content" field: file.write and file.upload take a WriteFile, file.read and file.download return a FileContent. Stream events (process.exec with stream=true, process.output) arrive before the response as notifications {"jsonrpc": "2.0", "method": "process.event", "params": {"id": <request id>, "event": Event}}. A failed call is a JSON-RPC error with code -32602 for invalid_argument, -32603 for internal and -32000 for every other error, its data the Error object; -32700 (not JSON), -32600 (JSON that is not a Request object, answered with its id when the id can be read), -32601 and -32602 keep their standard meanings. Requests run concurrently and may be answered out of order; batches are accepted. The notification {"jsonrpc": "2.0", "method": "` + RPCCancel + `", "params": {"id": <request id>}} cancels a request in flight (a cancelled process.exec kills its process).`
+**JSON-RPC 2.0 over stdio** (` + "`moat serve --stdio`" + `): one JSON value per line in each direction, no token (the caller is the local user). The method is the operationId (x-jsonrpc.method), the params are the request body with the path fields included (x-jsonrpc.params: e.g. {"sandbox": "…", "process": 3}), and the result is the answer (x-jsonrpc.result). Raw bodies travel base64-encoded in a "content" field: file.write and file.upload take a WriteFile, file.read and file.download return a FileContent. Stream events (process.exec with stream=true, process.output) arrive before the response as notifications {"jsonrpc": "2.0", "method": "process.event", "params": {"id": <request id>, "event": Event}}. A failed call is a JSON-RPC error with code -32602 for invalid_argument, -32603 for internal and -32000 for every other error, its data the Error object; -32700 (not JSON), -32600 (JSON that is not a Request object, answered with its id when the id can be read), -32601 and -32602 keep their standard meanings. Requests run concurrently and may be answered out of order; batches are accepted. The notification {"jsonrpc": "2.0", "method": "` + api.RPCCancel + `", "params": {"id": <request id>}} cancels a request in flight (a cancelled process.exec kills its process).`
