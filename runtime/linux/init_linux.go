@@ -13,8 +13,8 @@ import (
 )
 
 // InitArg is argv[1] of a moat binary re-executed as a sandbox's pid 1.
-// Programs embedding this runtime must call Init first thing in main when
-// they see it (IsInit).
+// The moat binary reaches Init through runtime.RunHelpers, first thing in
+// main (this package registers RunHelper there).
 const InitArg = "__moat_init"
 
 // controlFD is the descriptor number of the control socket in the init.
@@ -164,8 +164,9 @@ func closeFDs(fds []int) {
 // RunHelper runs this process as one of the runtime's own helper processes
 // (a sandbox's init, a user namespace holder or the spawner) when it was
 // started as one, and then never returns; otherwise it returns at once.
-// Programs embedding this runtime call it first thing in main, and test
-// binaries in TestMain.
+// It is registered with runtime.RegisterHelper, so the moat binary reaches
+// it through runtime.RunHelpers first thing in main; test binaries that
+// use this runtime directly call it in TestMain.
 func RunHelper() {
 	switch {
 	case IsInit():
