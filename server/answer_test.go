@@ -81,7 +81,7 @@ func TestPreviewOf(t *testing.T) {
 // captures (a single response), whole in a batch, and dropped for a
 // notification; in every case its output goes back to the budget.
 func TestRPCExecAnswer(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newFakeHarness(t, nil)
 	p := newRPCPeer(t, h)
 	p.send(`{"jsonrpc":"2.0","id":1,"method":"sandbox.create","params":{}}`)
 	m := p.next()
@@ -126,7 +126,7 @@ func TestRPCExecAnswer(t *testing.T) {
 // TestHTTPExecAnswer: over HTTP the answer holds the output, written from
 // the captures, which are released once it is written.
 func TestHTTPExecAnswer(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newFakeHarness(t, nil)
 	id := h.create(tokenA, api.CreateSandbox{})
 	r := h.do("POST", "/v1/sandboxes/"+id+"/exec", tokenA, api.Exec{Args: []string{"sh", "-c", "head -c 100000 /dev/zero; printf 'e<&>' >&2"}})
 	var res sandbox.Result

@@ -135,7 +135,7 @@ const askTouch = "version = 1\nask = [\"Exec(touch *)\"]\n"
 // approver of the tenant answers it; allow once runs it and the next
 // identical call asks again; a deny refuses with the approver's reason.
 func TestApprovalAllowOnce(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newFakeHarness(t, nil)
 	writePolicy(t, h.user, askTouch)
 	id := h.create(tokenA, api.CreateSandbox{})
 	base := "/v1/sandboxes/" + id
@@ -247,7 +247,7 @@ func TestApprovalAllowOnce(t *testing.T) {
 // sandbox run without asking again, but not another request, nor the
 // same request in another sandbox.
 func TestApprovalAlways(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newFakeHarness(t, nil)
 	writePolicy(t, h.user, askTouch)
 	id := h.create(tokenA, api.CreateSandbox{})
 	fol := h.follow(approverA, "sandbox="+id)
@@ -295,7 +295,7 @@ func TestApprovalAlways(t *testing.T) {
 // TestApprovalTimeout: an approval nobody answers expires and the call is
 // denied with a reason that says so.
 func TestApprovalTimeout(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.ApprovalTimeout = 200 * time.Millisecond })
+	h := newFakeHarness(t, func(c *Config) { c.ApprovalTimeout = 200 * time.Millisecond })
 	writePolicy(t, h.user, askTouch)
 	id := h.create(tokenA, api.CreateSandbox{})
 	e := wantDenied(t, h.do("POST", "/v1/sandboxes/"+id+"/exec", tokenA, api.Exec{Args: []string{"touch", "/workspace/late"}}), "ask Exec(touch *)", "user")
@@ -323,7 +323,7 @@ func TestApprovalTimeout(t *testing.T) {
 // approval, which can then no longer be answered; so does a sandbox that
 // ends.
 func TestApprovalWithdraw(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newFakeHarness(t, nil)
 	writePolicy(t, h.user, askTouch+"deny = [\"Read(/workspace/secret)\"]\n")
 	id := h.create(tokenA, api.CreateSandbox{})
 	fol := h.follow(tokenA, "")
@@ -358,7 +358,7 @@ func TestApprovalWithdraw(t *testing.T) {
 // process.event notification, and the stdio peer (the harness that
 // started moat) answers it.
 func TestApprovalRPC(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newFakeHarness(t, nil)
 	writePolicy(t, h.user, askTouch)
 	p := newRPCPeer(t, h)
 	p.send(`{"jsonrpc":"2.0","id":1,"method":"sandbox.create","params":{}}`)

@@ -49,7 +49,7 @@ func getFrom(t *testing.T, c *http.Client, url, token string) (int, http.Header,
 // with Retry-After; a valid token, from that source or another, is
 // served, and another source has its own budget.
 func TestAuthFlood(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newFakeHarness(t, nil)
 	const flood = 300
 	one := clientFrom("127.0.0.1")
 	var statuses = map[int]int{}

@@ -42,7 +42,7 @@ const sandboxTimeout sandbox.ExitReason = "sandbox_timeout"
 // that end before the max age are unaffected, and a call's own timeout
 // is still exit_reason timeout.
 func TestExecSandboxTimeout(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.PruneInterval = 50 * time.Millisecond })
+	h := newFakeHarness(t, func(c *Config) { c.PruneInterval = 50 * time.Millisecond })
 	const maxAge = 2000
 	id := h.create(tokenA, api.CreateSandbox{TimeoutMs: maxAge})
 	base := "/v1/sandboxes/" + id

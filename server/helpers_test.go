@@ -16,6 +16,8 @@ import (
 	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/internal/testutil"
 	"github.com/moat-sandbox/moat/runtime/linux"
+	"github.com/moat-sandbox/moat/sandbox"
+	"github.com/moat-sandbox/moat/sandbox/sandboxtest"
 	"github.com/moat-sandbox/moat/store"
 )
 
@@ -33,8 +35,11 @@ const (
 	approverB = "moat_test_approver_of_tenant_b_0123456789abcdef"
 )
 
-// harness is a Service with the real Linux runtime behind an httptest
-// server, with tenants "a" and "b".
+// harness is a Service behind an httptest server, with tenants "a" and
+// "b": with the real Linux runtime (newHarness: root, integration tests
+// of what the kernel enforces) or with the fake in-memory runtime of
+// package sandboxtest (newFakeHarness: no root, the control plane's logic
+// only; its sandboxes isolate nothing).
 type harness struct {
 	t     *testing.T
 	svc   *Service
@@ -48,15 +53,37 @@ type harness struct {
 	home, managed, user string
 }
 
-// newHarness starts a service; mod may change its config. It is closed
-// when the test ends.
+// newHarness starts a service with the real Linux runtime (it needs
+// root); mod may change its config. It is closed when the test ends.
 func newHarness(t *testing.T, mod func(*Config)) *harness {
 	t.Helper()
-	testutil.RequireRoot(t)
-	rt, err := linux.New(linux.WithKillGrace(500 * time.Millisecond))
-	if err != nil {
-		testutil.SkipOrFail(t, err.Error())
+	return newTestService(t, false, mod)
+}
+
+// newFakeHarness starts a service with the fake runtime
+// (sandbox/sandboxtest): for tests of the API, auth, tenancy, quotas,
+// policy decisions, approvals, the store and the audit, which need
+// neither root nor a kernel's enforcement.
+func newFakeHarness(t *testing.T, mod func(*Config)) *harness {
+	t.Helper()
+	return newTestService(t, true, mod)
+}
+
+// newTestService starts a service with the fake runtime or the real one.
+func newTestService(t *testing.T, fake bool, mod func(*Config)) *harness {
+	t.Helper()
+	var rt sandbox.Runtime
+	if fake {
+		rt = sandboxtest.New()
+	} else {
+		testutil.RequireRoot(t)
+		lrt, err := linux.New(linux.WithKillGrace(500 * time.Millisecond))
+		if err != nil {
+			testutil.SkipOrFail(t, err.Error())
+		}
+		rt = lrt
 	}
+	var err error
 	dir := t.TempDir()
 	ctx := context.Background()
 	st, err := store.Open(ctx, filepath.Join(dir, "moat.db"))

@@ -90,7 +90,7 @@ func TestFDExhaustion(t *testing.T) {
 // (issue 17, item 10).
 func TestSlowBody(t *testing.T) {
 	const deadline = 500 * time.Millisecond
-	h := newHarness(t, func(c *Config) {
+	h := newFakeHarness(t, func(c *Config) {
 		c.BodyTimeout, c.BodyChunk = deadline, 64<<10
 		c.RequestTimeout = time.Minute
 	})
@@ -171,7 +171,7 @@ func TestSlowBody(t *testing.T) {
 // (connections) while another address is served, and a closed connection
 // frees its place (issue 17, item 10).
 func TestConnCap(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newFakeHarness(t, nil)
 	const max = 3
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 // the managed policy's open_network. Control: with it, mode open is
 // created in the host's network namespace.
 func TestNetworkCreateChecks(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newFakeHarness(t, nil)
 	for _, n := range []api.Network{
 		{Mode: "bridge"},
 		{Mode: "proxy", AllowDomains: []string{"exa mple.com"}},

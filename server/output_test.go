@@ -21,7 +21,7 @@ import (
 // 400 that names the maximum, for exec and start alike; at the maximum
 // the call runs.
 func TestOutputLimitMax(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.MaxOutputLimit = 1 << 20 })
+	h := newFakeHarness(t, func(c *Config) { c.MaxOutputLimit = 1 << 20 })
 	id := h.create(tokenA, api.CreateSandbox{})
 	base := "/v1/sandboxes/" + id
 	for _, path := range []string{base + "/exec", base + "/processes"} {
@@ -43,7 +43,7 @@ func TestOutputLimitMax(t *testing.T) {
 // not the output; NUL bytes cost one byte; a larger capture is kept in a
 // file that the sweeper removes after the retention.
 func TestExecOutputLeavesStore(t *testing.T) {
-	h := newHarness(t, func(c *Config) {
+	h := newFakeHarness(t, func(c *Config) {
 		c.OutputDir = filepath.Join(t.TempDir(), "output")
 		c.TenantOutputDisk = 64 << 20
 		c.OutputRetention = time.Hour
@@ -125,7 +125,7 @@ func dbBytes(t *testing.T, dir string) int64 {
 // stops growing and the rest of its stream spills to a file within the
 // tenant's disk quota; its memory is given back when it ends.
 func TestExecOutputSpill(t *testing.T) {
-	h := newHarness(t, func(c *Config) {
+	h := newFakeHarness(t, func(c *Config) {
 		c.MaxOutputLimit = 8 << 20
 		c.OutputMemory, c.TenantOutputMemory = 4<<20, 2<<20
 		c.OutputDir = filepath.Join(t.TempDir(), "output")
@@ -174,7 +174,7 @@ func TestExecOutputSpill(t *testing.T) {
 // it reads plus what it lost is the whole output); ending the sandboxes
 // gives every byte back.
 func TestBackgroundOutputBudget(t *testing.T) {
-	h := newHarness(t, func(c *Config) {
+	h := newFakeHarness(t, func(c *Config) {
 		c.OutputBuffer = 1 << 20
 		c.OutputMemory, c.TenantOutputMemory = 6<<20, 4<<20
 	})

@@ -59,7 +59,7 @@ func (h *harness) auditEvents(token, kind string) []api.AuditEvent {
 // with a reason the agent can read, naming the rule and its line; nothing
 // runs; the audit event of the call carries the rule.
 func TestPolicyDeny(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newFakeHarness(t, nil)
 	writePolicy(t, h.user, "version = 1\ndeny = [\"Exec(touch *)\"]\n")
 	id := h.create(tokenA, api.CreateSandbox{})
 	base := "/v1/sandboxes/" + id
@@ -199,7 +199,7 @@ func TestPolicyFiles(t *testing.T) {
 // decision of a running sandbox; an invalid edit keeps the last good
 // policy.
 func TestPolicyHotReload(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newFakeHarness(t, nil)
 	id := h.create(tokenA, api.CreateSandbox{})
 	exec := func() reply {
 		return h.do("POST", "/v1/sandboxes/"+id+"/exec", tokenA, api.Exec{Args: []string{"echo", "hi"}})
@@ -224,7 +224,7 @@ func TestPolicyHotReload(t *testing.T) {
 // workspace's own file, 500 for the daemon's), never "no policy"; a bind
 // the policy denies is 403 policy_denied.
 func TestPolicyCreate(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.AllowHostPaths = true })
+	h := newFakeHarness(t, func(c *Config) { c.AllowHostPaths = true })
 	ws := t.TempDir()
 	writePolicy(t, filepath.Join(ws, ".moat", "policy.toml"), "version = 1\nask = [\"Exec(\"]\n")
 	r := h.do("POST", "/v1/sandboxes", tokenA, api.CreateSandbox{Workspace: ws})

@@ -24,7 +24,7 @@ type rpcWant struct {
 // Case by case from https://www.jsonrpc.org/specification, sections 4 to
 // 7 and the examples.
 func TestRPCSpec(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newFakeHarness(t, nil)
 	p := newRPCPeer(t, h)
 	none := []rpcWant(nil)
 	one := func(code int, id string) []rpcWant { return []rpcWant{{code, id}} }

@@ -58,7 +58,7 @@ func (p *rpcPeer) next() map[string]any {
 // requests answered out of order, standard errors, batches, and the end
 // of input ending the server.
 func TestRPC(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newFakeHarness(t, nil)
 	p := newRPCPeer(t, h)
 	p.send(`{"jsonrpc":"2.0","id":1,"method":"sandbox.create","params":{}}`)
 	m := p.next()

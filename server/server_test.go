@@ -24,7 +24,7 @@ import (
 // TestSandboxLifecycle drives one sandbox through the HTTP API: exec,
 // streamed exec, files, a background process fed through stdin, delete.
 func TestSandboxLifecycle(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newFakeHarness(t, nil)
 	id := h.create(tokenA, api.CreateSandbox{Labels: map[string]string{"task": "t1"}})
 	base := "/v1/sandboxes/" + id
 
@@ -259,7 +259,7 @@ func readStreamLine(r io.Reader) ([]byte, error) {
 // TestTenantIsolation: tenant b cannot see or touch tenant a's sandbox,
 // which works for a (the control).
 func TestTenantIsolation(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newFakeHarness(t, nil)
 	id := h.create(tokenA, api.CreateSandbox{})
 	base := "/v1/sandboxes/" + id
 	reqs := []struct {
@@ -304,7 +304,7 @@ func TestTenantIsolation(t *testing.T) {
 // TestAuth: no token or a wrong one is 401 with a JSON error, recorded as
 // a denial; nothing runs.
 func TestAuth(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newFakeHarness(t, nil)
 	for _, tok := range []string{"", "wrong", tokenA + "x", strings.ToUpper(tokenA)} {
 		r := h.do("POST", "/v1/sandboxes", tok, api.CreateSandbox{})
 		if r.status != 401 || r.apiErr(t).Code != api.CodeUnauthenticated || r.header.Get("WWW-Authenticate") == "" {
@@ -376,7 +376,7 @@ func TestTokensFile(t *testing.T) {
 // TestBadInput: malformed requests get a 4xx JSON error, never a 5xx, and
 // leave no sandbox behind.
 func TestBadInput(t *testing.T) {
-	h := newHarness(t, withLayers(t))
+	h := newFakeHarness(t, withLayers(t))
 	id := h.create(tokenA, api.CreateSandbox{})
 	base := "/v1/sandboxes/" + id
 	cases := []struct {
@@ -481,7 +481,7 @@ func TestBadInput(t *testing.T) {
 // TestBusy: a second exec while one runs is refused unless it asks for
 // concurrency.
 func TestBusy(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newFakeHarness(t, nil)
 	id := h.create(tokenA, api.CreateSandbox{})
 	base := "/v1/sandboxes/" + id
 	// The first exec streams; once its first event arrives it is running.
@@ -523,7 +523,7 @@ func TestBusy(t *testing.T) {
 // ended by the pruner with the reason recorded; an active one is not
 // pruned for idleness.
 func TestPruning(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.PruneInterval = 20 * time.Millisecond })
+	h := newFakeHarness(t, func(c *Config) { c.PruneInterval = 20 * time.Millisecond })
 	idle := h.create(tokenA, api.CreateSandbox{IdleTimeoutMs: 200})
 	old := h.create(tokenA, api.CreateSandbox{TimeoutMs: 300})
 	busy := h.create(tokenA, api.CreateSandbox{IdleTimeoutMs: 200})
@@ -607,7 +607,7 @@ func initPid(t *testing.T) int {
 
 // TestQuota: a tenant past its quota gets 429; others are unaffected.
 func TestQuota(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.MaxPerTenant = 2 })
+	h := newFakeHarness(t, func(c *Config) { c.MaxPerTenant = 2 })
 	h.create(tokenA, api.CreateSandbox{})
 	h.create(tokenA, api.CreateSandbox{})
 	r := h.do("POST", "/v1/sandboxes", tokenA, api.CreateSandbox{})
@@ -620,7 +620,7 @@ func TestQuota(t *testing.T) {
 // TestConcurrentSandboxes: many clients at once, each with its own
 // sandbox, see only their own files.
 func TestConcurrentSandboxes(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newFakeHarness(t, nil)
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
 	for i := range 8 {
@@ -657,7 +657,7 @@ func TestConcurrentSandboxes(t *testing.T) {
 // TestRequestTimeLimit: a request whose body trickles past the limit is
 // cut off, while an exec that runs past it (its body long read) completes.
 func TestRequestTimeLimit(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.RequestTimeout = 300 * time.Millisecond })
+	h := newFakeHarness(t, func(c *Config) { c.RequestTimeout = 300 * time.Millisecond })
 	id := h.create(tokenA, api.CreateSandbox{})
 	r := h.do("POST", "/v1/sandboxes/"+id+"/exec", tokenA, api.Exec{Args: []string{"sleep", "0.8"}, Stream: true})
 	evs := events(t, r.body)

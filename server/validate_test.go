@@ -74,7 +74,7 @@ func wantBadRequest(t *testing.T, what string, r reply, want string) {
 // with 400 at once (it used to make the policy compiler loop forever,
 // holding a quota slot); the slot is free again afterwards.
 func TestCreateBadBindTarget(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.AllowHostPaths = true; c.MaxPerTenant = 1 })
+	h := newFakeHarness(t, func(c *Config) { c.AllowHostPaths = true; c.MaxPerTenant = 1 })
 	ws := t.TempDir()
 	src := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(src, ".git"), 0o755); err != nil {
@@ -98,7 +98,7 @@ func TestCreateBadBindTarget(t *testing.T) {
 // TestCreateSystemTrees: /proc, /sys and /dev (and below) of the host
 // cannot be bound or be the workspace: 400, not a 500 from the mount.
 func TestCreateSystemTrees(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.AllowHostPaths = true })
+	h := newFakeHarness(t, func(c *Config) { c.AllowHostPaths = true })
 	for _, req := range []api.CreateSandbox{
 		{Binds: []sandbox.Bind{{Source: "/sys", Target: "/hostsys"}}},
 		{Binds: []sandbox.Bind{{Source: "/proc", Target: "/hostproc"}}},
@@ -119,7 +119,7 @@ func TestCreateSystemTrees(t *testing.T) {
 // refused at once (it used to block the create forever, holding a quota
 // slot until creates got 429); the slot is free again afterwards.
 func TestCreateProjectPolicyFIFO(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.AllowHostPaths = true; c.MaxPerTenant = 1 })
+	h := newFakeHarness(t, func(c *Config) { c.AllowHostPaths = true; c.MaxPerTenant = 1 })
 	ws := t.TempDir()
 	if err := os.Mkdir(filepath.Join(ws, ".moat"), 0o755); err != nil {
 		t.Fatal(err)
@@ -144,7 +144,7 @@ func TestCreateProjectPolicyFIFO(t *testing.T) {
 // nothing of the target. Control: the target is readable by the daemon
 // (root) and would give a parse error quoting its content.
 func TestCreateProjectPolicySymlink(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.AllowHostPaths = true })
+	h := newFakeHarness(t, func(c *Config) { c.AllowHostPaths = true })
 	secretDir := filepath.Join(t.TempDir(), "root-only")
 	if err := os.Mkdir(secretDir, 0o700); err != nil {
 		t.Fatal(err)
