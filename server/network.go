@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/moat-sandbox/moat/admit"
 	"github.com/moat-sandbox/moat/api"
 	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/enforce"
@@ -39,13 +41,9 @@ import (
 // is fixed at the create (it has no network namespace to return to).
 
 // netReq is a network a caller asks for (a create's network, a
-// sandbox.network change), checked for form.
-type netReq struct {
-	mode  sandbox.NetMode
-	allow []string     // allow_domains as given
-	deny  []string     // deny_domains as given
-	rules *policy.File // deny_domains as per-call deny rules, or nil
-}
+// sandbox.network change), checked for form: the mode, the lists as
+// given, and deny_domains as per-call deny rules.
+type netReq = admit.Network
 
 // netDenyFile names the rules made of deny_domains in their source
 // ("per-call network.deny_domains deny[0]").
@@ -54,77 +52,60 @@ const netDenyFile = "network.deny_domains"
 // netRequest checks a create's network.
 func netRequest(n *api.Network) (*netReq, error) {
 	if n == nil {
-		return &netReq{mode: sandbox.NetNone}, nil
+		return &netReq{Mode: sandbox.NetNone}, nil
 	}
 	return parseNetReq("network.", n.Mode, n.AllowDomains, n.DenyDomains)
 }
 
-// parseNetReq checks a network's form (400 invalid_argument): the mode,
-// lists only with mode proxy, every entry a name, wildcard, address or
-// range. Whether the policy admits it is checkNetAllow's.
+// parseNetReq checks a network's form (admit.ParseNetwork; 400
+// invalid_argument): the mode, lists only with mode proxy, every entry a
+// name, wildcard, address or range. Whether the policy admits it is
+// checkNetAllow's.
 func parseNetReq(field, modeText string, allow, deny []string) (*netReq, error) {
-	mode, err := sandbox.ParseNetMode(modeText)
-	if err != nil {
+	r, err := admit.ParseNetwork(modeText, allow, deny, netDenyFile)
+	var ne *admit.NetError
+	if err == nil || !errors.As(err, &ne) {
+		return r, err
+	}
+	switch ne.List {
+	case admit.ListMode:
 		return nil, api.Errorf(api.CodeInvalidArgument, "%smode: %q is not none, proxy or open", field, modeText)
-	}
-	if mode != sandbox.NetProxy && len(allow)+len(deny) > 0 {
+	case admit.ListBoth:
 		return nil, api.Errorf(api.CodeInvalidArgument, "%sallow_domains and %sdeny_domains need mode proxy", field, field)
+	case admit.ListAllow:
+		return nil, api.Errorf(api.CodeInvalidArgument, "%sallow_domains: %v", field, ne.Err)
 	}
-	r := &netReq{mode: mode, allow: allow, deny: deny}
-	for _, d := range allow {
-		if _, err := policy.NetAllowRule(d); err != nil {
-			return nil, api.Errorf(api.CodeInvalidArgument, "%sallow_domains: %v", field, err)
-		}
-	}
-	if len(deny) == 0 {
-		return r, nil
-	}
-	rules := make([]string, 0, len(deny))
-	for _, d := range deny {
-		rule, err := policy.NetAllowRule(d)
-		if err != nil {
-			return nil, api.Errorf(api.CodeInvalidArgument, "%sdeny_domains: %v", field, err)
-		}
-		rules = append(rules, rule)
-	}
-	f, err := policy.ParseCall(policy.CallRules{Deny: rules})
-	if err != nil {
-		return nil, api.Errorf(api.CodeInvalidArgument, "%sdeny_domains: %v", field, err)
-	}
-	for _, rule := range f.Rules {
-		rule.File = netDenyFile
-	}
-	r.rules = f
-	return r, nil
+	return nil, api.Errorf(api.CodeInvalidArgument, "%sdeny_domains: %v", field, ne.Err)
 }
 
 // checkNetAllow bounds a requested allowlist by the policy eff (the
-// sandbox's policy with that allowlist): an IP address or CIDR range is
-// accepted only inside the managed file's allow_cidr_entries (else 403
-// policy_denied naming that key), since it could reach the daemon's own
-// networks; an entry a deny rule of any layer covers entirely is dropped
-// (reported, and refused by that rule). managed names the managed file.
-// The answer is the network as the sandbox then has it.
+// sandbox's policy with that allowlist; admit.BoundAllow): an IP address
+// or CIDR range is accepted only inside the managed file's
+// allow_cidr_entries (else 403 policy_denied naming that key), since it
+// could reach the daemon's own networks; an entry a deny rule of any
+// layer covers entirely is dropped (reported, and refused by that rule).
+// managed names the managed file. The answer is the network as the
+// sandbox then has it.
 func checkNetAllow(eff *policy.Effective, field string, r *netReq, managed string) (*api.Network, error) {
-	permitted, _ := eff.CallerCIDRs()
-	for _, d := range r.allow {
-		pf, isAddr, err := policy.NetEntryPrefix(d)
-		if err != nil {
-			return nil, api.Errorf(api.CodeInvalidArgument, "%sallow_domains: %v", field, err)
-		}
-		if !isAddr || eff.PermitsCallerAddr(pf) {
-			continue
-		}
+	kept, dropped, err := admit.BoundAllow(eff, r.Allow)
+	var ne *admit.NetError
+	if errors.As(err, &ne) {
+		return nil, api.Errorf(api.CodeInvalidArgument, "%sallow_domains: %v", field, ne.Err)
+	}
+	var ae *admit.AddrError
+	if errors.As(err, &ae) {
 		rule := "allow_cidr_entries (not set)"
-		if len(permitted) > 0 {
-			rule = "allow_cidr_entries = " + prefixList(permitted)
+		if len(ae.Permitted) > 0 {
+			rule = "allow_cidr_entries = " + prefixList(ae.Permitted)
 		}
 		return nil, &api.Error{Code: api.CodePolicyDenied, Rule: rule, Source: "managed " + managed,
 			Message: fmt.Sprintf("%sallow_domains: %q names addresses (%s), which a caller may ask for only inside the managed policy's allow_cidr_entries (%s): its %s",
-				field, d, pf, managed, rule)}
+				field, ae.Entry, ae.Prefix, managed, rule)}
 	}
-	kept, dropped := eff.CeilNetAllow(r.allow)
-	n := &api.Network{Mode: string(r.mode), AllowDomains: kept, DenyDomains: r.deny}
+	if err != nil {
+		return nil, err
+	}
+	n := &api.Network{Mode: string(r.Mode), AllowDomains: kept, DenyDomains: r.Deny}
 	for _, d := range dropped {
 		nd := api.NetworkDrop{Entry: d.Entry, Reason: d.Reason}
 		if d.Rule != nil {
@@ -147,15 +128,15 @@ func prefixList(ps []netip.Prefix) string {
 // compiled: for mode proxy, an endpoint of the daemon's proxy that decides
 // with pol. bind is filled in with the sandbox once it is registered.
 func (s *Service) attachNetwork(mode sandbox.NetMode, pol *sandboxPolicy, spec *sandbox.Spec) (*netBinding, error) {
-	if mode == sandbox.NetOpen && !pol.current().OpenNetwork() {
+	if err := admit.PermitOpen(mode, pol.current()); err != nil {
 		return nil, &api.Error{Code: api.CodePolicyDenied, Message: "network mode open is not permitted: the managed policy (" + s.cfg.PolicyManaged + ") does not set open_network = true"}
 	}
-	spec.Network = sandbox.Network{Mode: mode}
 	if mode != sandbox.NetProxy {
+		admit.Attach(spec, mode, nil, nil)
 		return nil, nil
 	}
 	b := &netBinding{}
-	b.ep = s.proxy.Endpoint(&enforce.NetPolicy{
+	b.ep = admit.Attach(spec, mode, s.proxy, &enforce.NetPolicy{
 		Current: func() *policy.Effective {
 			id := ""
 			if m := b.get(); m != nil {
@@ -189,7 +170,6 @@ func (s *Service) attachNetwork(mode sandbox.NetMode, pol *sandboxPolicy, spec *
 			return false, "approval " + info.ID + " " + info.State
 		},
 	})
-	spec.Network.Egress = b.ep
 	return b, nil
 }
 
@@ -278,13 +258,13 @@ func (s *Service) changeNetwork(ctx context.Context, c Caller, req *api.SetNetwo
 	if err != nil {
 		return prev, nil, err
 	}
-	if (nr.mode == sandbox.NetOpen) != (cur == sandbox.NetOpen) {
+	if (nr.Mode == sandbox.NetOpen) != (cur == sandbox.NetOpen) {
 		if cur == sandbox.NetOpen {
 			return prev, nil, api.Errorf(api.CodeConflict, "sandbox %s was created in network mode open: it shares the host's network namespace and cannot leave it (create a new sandbox)", m.info.ID)
 		}
 		return prev, nil, api.Errorf(api.CodeConflict, "network mode open cannot be entered after the create: sandbox %s has a network namespace of its own (mode open needs a sandbox created with it, where the managed policy sets open_network = true)", m.info.ID)
 	}
-	base, eff, err := m.pol.withNetwork(s.log, m.info.ID, nr.allow, nr.rules)
+	base, eff, err := m.pol.withNetwork(s.log, m.info.ID, nr.Allow, nr.Rules)
 	if err != nil {
 		return prev, nil, err
 	}
@@ -295,14 +275,14 @@ func (s *Service) changeNetwork(ctx context.Context, c Caller, req *api.SetNetwo
 	oldAllow, oldRules := m.pol.network()
 	sb := m.box()
 	switch {
-	case cur == sandbox.NetNone && nr.mode == sandbox.NetProxy:
+	case cur == sandbox.NetNone && nr.Mode == sandbox.NetProxy:
 		nc, ok := sb.(netChanger)
 		if !ok {
 			return prev, nil, api.Errorf(api.CodeUnimplemented, "this runtime cannot change a running sandbox's network")
 		}
 		// The policy first: the listener's first connection is
 		// decided by it.
-		m.pol.setNetwork(base, eff, nr.allow, nr.rules)
+		m.pol.setNetwork(base, eff, nr.Allow, nr.Rules)
 		var spec sandbox.Spec
 		bind, err := s.attachNetwork(sandbox.NetProxy, m.pol, &spec)
 		if err == nil {
@@ -316,7 +296,7 @@ func (s *Service) changeNetwork(ctx context.Context, c Caller, req *api.SetNetwo
 			return prev, nil, err
 		}
 		m.netb = bind
-	case cur == sandbox.NetProxy && nr.mode == sandbox.NetNone:
+	case cur == sandbox.NetProxy && nr.Mode == sandbox.NetNone:
 		nc, ok := sb.(netChanger)
 		if !ok {
 			return prev, nil, api.Errorf(api.CodeUnimplemented, "this runtime cannot change a running sandbox's network")
@@ -325,17 +305,17 @@ func (s *Service) changeNetwork(ctx context.Context, c Caller, req *api.SetNetwo
 			return prev, nil, err
 		}
 		m.netb = nil
-		m.pol.setNetwork(base, eff, nr.allow, nr.rules)
+		m.pol.setNetwork(base, eff, nr.Allow, nr.Rules)
 	default:
-		m.pol.setNetwork(base, eff, nr.allow, nr.rules)
-		if cur == sandbox.NetProxy && m.netb != nil && narrows(oldAllow, nr.allow, oldRules, nr.rules) {
+		m.pol.setNetwork(base, eff, nr.Allow, nr.Rules)
+		if cur == sandbox.NetProxy && m.netb != nil && narrows(oldAllow, nr.Allow, oldRules, nr.Rules) {
 			// Tunnels opened under the old policy end; their clients
 			// connect again and are judged by the new one.
 			m.netb.ep.CloseConnections()
 		}
 	}
 	m.mu.Lock()
-	m.netMode = nr.mode
+	m.netMode = nr.Mode
 	m.info.Network = next
 	m.info.Enforcement = sandboxEnforcement(sb, s.cfg.Runtime)
 	m.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/moat-sandbox/moat/admit"
 	"github.com/moat-sandbox/moat/api"
 	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/enforce"
@@ -23,9 +24,9 @@ import (
 // At its create the daemon loads the policy layers (the managed file, the
 // user file of Config.Home, and the project file of a host workspace),
 // adds the sandbox's own rules (api.CreateSandbox.Policy, which can only
-// narrow) and compiles the result into the sandbox's spec (enforce): the
-// binds and restrictions the kernel enforces stay as compiled for the
-// sandbox's life. Every call the daemon judges itself — process.exec,
+// narrow) and compiles the result into the sandbox's spec (through
+// package admit, which moat run shares): the binds and restrictions the
+// kernel enforces stay as compiled for the sandbox's life. Every call the daemon judges itself — process.exec,
 // process.start, and the file operations on host paths the sandbox sees —
 // re-reads the files first when they changed (a stat of each; an invalid
 // edit keeps the last good policy and is logged once), so a reload applies
@@ -78,10 +79,7 @@ func (p *sandboxPolicy) reload(log *slog.Logger, id string) *policy.Effective {
 // compose is base with the sandbox's rules, the deny rules of its
 // deny_domains and its allowlist.
 func (p *sandboxPolicy) compose(base *policy.Effective, allow []string, deny *policy.File) (*policy.Effective, error) {
-	eff, err := base.With(p.rules)
-	if err == nil {
-		eff, err = eff.With(deny)
-	}
+	eff, err := admit.Narrow(base, p.rules, deny)
 	if err == nil {
 		eff, err = eff.WithNetAllow(allow)
 	}
@@ -148,12 +146,9 @@ func parseRules(c *api.CallRules, name string) (*policy.File, error) {
 	if c == nil {
 		return nil, nil
 	}
-	f, err := policy.ParseCall(callRules(c))
+	f, err := admit.Rules(callRules(c), name)
 	if err != nil {
 		return nil, api.Errorf(api.CodeInvalidArgument, "policy: %v", err)
-	}
-	for _, r := range f.Rules {
-		r.File = name
 	}
 	return f, nil
 }
@@ -173,33 +168,29 @@ func (s *Service) loadPolicy(req *api.CreateSandbox, spec *sandbox.Spec, nr *net
 	if err != nil {
 		return nil, nil, err
 	}
-	pc := enforce.Context(spec, s.cfg.Home)
-	src := policy.Sources{Managed: s.cfg.PolicyManaged, User: s.cfg.PolicyUser}
-	if spec.Workspace != "" {
-		src.Project = path.Join(path.Clean(spec.Workspace), policy.ProjectPath)
-	}
-	w, err := policy.NewWatcher(pc, src)
+	layers := admit.Layers{Home: s.cfg.Home, Managed: s.cfg.PolicyManaged, User: s.cfg.PolicyUser}
+	ap, err := layers.Load(spec, nil)
 	if err != nil {
-		if src.Project != "" {
+		var le *admit.LoadError
+		if errors.As(err, &le) && le.Project != nil {
 			// The caller's own file: its error alone (not the daemon's
-			// files'), read again without following a link or blocking.
-			if _, perr := policy.LoadFile(pc, policy.Project, src.Project); perr != nil {
-				return nil, nil, api.Errorf(api.CodeInvalidArgument, "the workspace's policy file is invalid: %v", perr)
-			}
+			// files').
+			return nil, nil, api.Errorf(api.CodeInvalidArgument, "the workspace's policy file is invalid: %v", le.Project)
 		}
 		if errors.Is(err, policy.ErrInvalid) {
 			s.log.Error("the daemon's policy is invalid: every create fails until it is fixed", "err", err)
 		}
 		return nil, nil, api.Errorf(api.CodeInternal, "the daemon's policy is invalid (no sandbox is created until it is fixed): %v", err)
 	}
-	sp := &sandboxPolicy{watcher: w, rules: rules, netAllow: nr.allow, netDeny: nr.rules}
+	w := ap.Watcher
+	sp := &sandboxPolicy{watcher: w, rules: rules, netAllow: nr.Allow, netDeny: nr.Rules}
 	base := w.Current()
-	eff, err := sp.compose(base, nr.allow, nr.rules)
+	eff, err := sp.compose(base, nr.Allow, nr.Rules)
 	if err != nil {
 		return nil, nil, err
 	}
 	sp.base, sp.eff = base, eff
-	out, rep, err := enforce.Compile(eff, spec, enforce.Options{Hide: s.cfg.HidePaths})
+	out, rep, err := admit.Compile(eff, spec, s.cfg.HidePaths)
 	if err != nil {
 		var de *enforce.DeniedError
 		if errors.As(err, &de) {
@@ -263,12 +254,10 @@ func (s *Service) judge(ctx context.Context, c Caller, m *managed, vs *[]verdict
 	if err != nil {
 		return err
 	}
-	if call != nil {
-		if eff, err = eff.With(call); err != nil {
-			return api.Errorf(api.CodeInvalidArgument, "policy: %v", err)
-		}
+	d, err := admit.Decide(eff, call, req)
+	if err != nil {
+		return api.Errorf(api.CodeInvalidArgument, "policy: %v", err)
 	}
-	d := eff.Decide(req)
 	s.metrics.decisions.Inc(d.Effect.String())
 	v := verdict{Request: auditText(requestText(d)), Decided: d.Effect.String(), Effect: d.Effect.String(), Reason: d.Reason}
 	if d.Rule != nil {

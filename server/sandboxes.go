@@ -270,7 +270,7 @@ func (s *Service) buildSpec(c Caller, req *api.CreateSandbox) (*built, error) {
 	if err == nil {
 		var network *api.Network
 		if network, err = checkNetAllow(pol.current(), "network.", nr, s.cfg.PolicyManaged); err == nil {
-			return &built{spec: spec, pol: pol, netMode: nr.mode, network: network, tmpl: tmpl, snap: snap}, nil
+			return &built{spec: spec, pol: pol, netMode: nr.Mode, network: network, tmpl: tmpl, snap: snap}, nil
 		}
 	}
 	if api.AsError(err).Code == api.CodePolicyDenied {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 
+	"github.com/moat-sandbox/moat/admit"
 	"github.com/moat-sandbox/moat/config"
 	"github.com/moat-sandbox/moat/display"
 	"github.com/moat-sandbox/moat/enforce"
@@ -66,26 +67,25 @@ func (n *runNetwork) record(e netproxy.Event) {
 
 // networkSetup checks the network flags against the policy and, for mode
 // proxy, starts the run's own egress proxy (in this process: it lives as
-// long as the run) and puts it in the spec.
+// long as the run) and puts an endpoint of it in the spec (admit.Attach).
 func networkSetup(f *runFlags, spec *sandbox.Spec, eff *policy.Effective, defaults config.Defaults, red *output.Matcher) (*runNetwork, error) {
 	mode, err := sandbox.ParseNetMode(f.net)
 	if err != nil {
 		return nil, fmt.Errorf("--net: %w", err)
 	}
 	n := &runNetwork{Mode: mode, Allow: f.allowDomains, Deny: f.denyDomains, quiet: f.json}
-	switch mode {
-	case sandbox.NetOpen:
-		if !eff.OpenNetwork() {
-			return nil, fmt.Errorf("%w: --net open: the operator's managed policy (%s) does not permit it (open_network = true)", sandbox.ErrInvalidSpec, policy.ManagedPath)
-		}
-		if len(f.allowDomains)+len(f.denyDomains) > 0 {
+	if err := admit.PermitOpen(mode, eff); err != nil {
+		return nil, fmt.Errorf("%w: --net open: the operator's managed policy (%s) does not permit it (open_network = true)", sandbox.ErrInvalidSpec, policy.ManagedPath)
+	}
+	if !admit.ListsFit(mode, f.allowDomains, f.denyDomains) {
+		if mode == sandbox.NetOpen {
 			return nil, fmt.Errorf("%w: --allow-domain and --deny-domain need --net proxy: --net open does not filter", sandbox.ErrInvalidSpec)
 		}
-	case sandbox.NetNone:
-		if len(f.allowDomains)+len(f.denyDomains) > 0 {
-			return nil, fmt.Errorf("%w: --allow-domain and --deny-domain need --net proxy (the default, --net none, has no network at all)", sandbox.ErrInvalidSpec)
-		}
-	case sandbox.NetProxy:
+		return nil, fmt.Errorf("%w: --allow-domain and --deny-domain need --net proxy (the default, --net none, has no network at all)", sandbox.ErrInvalidSpec)
+	}
+	var px *netproxy.Proxy
+	var np *enforce.NetPolicy
+	if mode == sandbox.NetProxy {
 		var askMu sync.Mutex
 		// Refusals reach the user as one line each (record); the
 		// proxy's own log would repeat them.
@@ -95,8 +95,8 @@ func networkSetup(f *runFlags, spec *sandbox.Spec, eff *policy.Effective, defaul
 		if red != nil {
 			redact = red.RedactString
 		}
-		px := netproxy.New(netproxy.Config{DNSServer: defaults.DNSServer, Events: n.record, Redact: redact, Logger: slog.New(slog.DiscardHandler)})
-		n.endpoint = px.Endpoint(&enforce.NetPolicy{
+		px = netproxy.New(netproxy.Config{DNSServer: defaults.DNSServer, Events: n.record, Redact: redact, Logger: slog.New(slog.DiscardHandler)})
+		np = &enforce.NetPolicy{
 			Current: func() *policy.Effective { return eff },
 			Ask: func(ctx context.Context, d policy.Decision) (bool, string) {
 				// One question on the terminal at a time.
@@ -110,13 +110,10 @@ func networkSetup(f *runFlags, spec *sandbox.Spec, eff *policy.Effective, defaul
 			InternalHint: func(addr string) string {
 				return "--allow-domain " + addr + " (or a range holding it, such as " + internalRange(addr) + ") admits it"
 			},
-		})
+		}
 		n.Proxy = fmt.Sprintf("127.0.0.1:%d", sandbox.ProxyPort)
 	}
-	spec.Network = sandbox.Network{Mode: mode}
-	if n.endpoint != nil {
-		spec.Network.Egress = n.endpoint
-	}
+	n.endpoint = admit.Attach(spec, mode, px, np)
 	return n, nil
 }
 
@@ -145,13 +142,9 @@ func internalRange(addr string) string {
 
 // netDenyRules turns --deny-domain entries into per-call deny rules.
 func netDenyRules(entries []string) ([]string, error) {
-	out := make([]string, 0, len(entries))
-	for _, e := range entries {
-		r, err := policy.NetAllowRule(e)
-		if err != nil {
-			return nil, fmt.Errorf("%w: --deny-domain %v", sandbox.ErrInvalidSpec, err)
-		}
-		out = append(out, r)
+	out, err := admit.DenyRules(entries)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --deny-domain %v", sandbox.ErrInvalidSpec, err)
 	}
 	return out, nil
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/moat-sandbox/moat/admit"
 	"github.com/moat-sandbox/moat/display"
 	"github.com/moat-sandbox/moat/enforce"
 	"github.com/moat-sandbox/moat/policy"
@@ -46,13 +47,13 @@ type runResult struct {
 	Network *runNetwork `json:"network,omitempty"`
 }
 
-// applyPolicy loads the policy layers for this run (managed
-// /etc/moat/policy.toml, the workspace's .moat/policy.toml, the user's
-// ~/.config/moat/policy.toml, and the per-call flags), decides the command
-// (asking on the terminal for an ask rule) and, when it is allowed,
-// compiles the policy into the spec. A denied command returns the spec
-// unchanged and rp.Effect deny; a spec the policy refuses (a bind of
-// credentials) is an error.
+// applyPolicy admits this run (package admit): it loads the policy layers
+// (managed /etc/moat/policy.toml, the workspace's .moat/policy.toml, the
+// user's ~/.config/moat/policy.toml, and the per-call flags), decides the
+// command (asking on the terminal for an ask rule) and, when it is
+// allowed, compiles the policy into the spec. A denied command returns
+// the spec unchanged and rp.Effect deny; a spec the policy refuses (a
+// bind of credentials) is an error.
 func applyPolicy(f *runFlags, spec *sandbox.Spec, args []string) (*sandbox.Spec, *runPolicy, error) {
 	home, err := os.UserHomeDir()
 	if err != nil {
@@ -71,20 +72,15 @@ func applyPolicy(f *runFlags, spec *sandbox.Spec, args []string) (*sandbox.Spec,
 	if err := spec.Validate(); err != nil {
 		return nil, nil, err
 	}
-	pc := enforce.Context(spec, home)
-	pc.NetAllow = f.allowDomains
 	denyNet, err := netDenyRules(f.denyDomains)
 	if err != nil {
 		return nil, nil, err
 	}
-	src := policy.DefaultSources(pc)
-	if spec.Workspace == "" {
-		src.Project = "" // an in-memory workspace has no project file
-	}
-	eff, err := policy.Load(pc, src)
+	ap, err := admit.DefaultLayers(home).Load(spec, f.allowDomains)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: policy: %v", sandbox.ErrInvalidSpec, err)
 	}
+	eff := ap.Current()
 	if f.profile == string(policy.Trusted) && eff.Profile() != policy.Trusted {
 		return nil, nil, fmt.Errorf("%w: --profile trusted: no policy file grants it (declare profile = \"trusted\" in %s or %s)",
 			sandbox.ErrInvalidSpec, filepath.Join(home, policy.UserPath), policy.ManagedPath)
@@ -94,19 +90,19 @@ func applyPolicy(f *runFlags, spec *sandbox.Spec, args []string) (*sandbox.Spec,
 		if f.profile == string(policy.Untrusted) {
 			prof = policy.Untrusted
 		}
-		call, err := policy.ParseCall(policy.CallRules{Profile: prof, Allow: f.allow, Ask: f.ask, Deny: append(append([]string(nil), f.deny...), denyNet...)})
+		call, err := admit.Rules(policy.CallRules{Profile: prof, Allow: f.allow, Ask: f.ask, Deny: append(append([]string(nil), f.deny...), denyNet...)}, "")
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w: %v", sandbox.ErrInvalidSpec, err)
 		}
-		if eff, err = eff.With(call); err != nil {
+		if eff, err = admit.Narrow(eff, call); err != nil {
 			return nil, nil, fmt.Errorf("%w: %v", sandbox.ErrInvalidSpec, err)
 		}
 	}
-	req := policy.ExecArgv(args...)
-	if f.sh != "" {
-		req = policy.ExecShell(f.sh)
+	req := admit.Exec(args, f.sh)
+	d, err := admit.Decide(eff, nil, req)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", sandbox.ErrInvalidSpec, err)
 	}
-	d := eff.Decide(req)
 	rp := &runPolicy{eff: eff, Profile: eff.Profile(), Effect: d.Effect, Decided: d.Effect, Rule: d.Rule.String(), Source: d.Rule.Source(), Reason: d.Reason}
 	if d.Effect == policy.Ask {
 		rp.Effect, rp.Approval = askTerminal(req, d, f.approvalTimeout)
@@ -114,7 +110,7 @@ func applyPolicy(f *runFlags, spec *sandbox.Spec, args []string) (*sandbox.Spec,
 	if rp.Effect != policy.Allow {
 		return spec, rp, nil
 	}
-	out, rep, err := enforce.Compile(eff, spec, enforce.Options{})
+	out, rep, err := admit.Compile(eff, spec, nil)
 	if err != nil {
 		var de *enforce.DeniedError
 		if errors.As(err, &de) {

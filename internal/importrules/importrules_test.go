@@ -58,6 +58,11 @@ var rules = []rule{
 		not:  []string{"server"},
 		why:  "the runtime sits below the server, never above it",
 	},
+	{
+		from: []string{"admit"},
+		not:  []string{"server", "runtime/...", "cmd/..."},
+		why:  "admission is shared by both front doors (cmd/moat and server) and hands the runtime a spec: it depends on neither",
+	},
 }
 
 // pkg is a package as go list -deps -json sees it.
@@ -220,6 +225,7 @@ func TestRulesCatch(t *testing.T) {
 	add(m("runtime"), "runtime/linux")
 	add(m("runtime/linux"), "server")
 	add(m("api"), "sandbox")
+	add(m("admit"), "sandbox", "server")
 	add(m("client"), "api", "mvdan.cc/sh/v3/syntax")
 	add(m("sandbox"))
 	add(&pkg{ImportPath: "mvdan.cc/sh/v3/syntax", Module: &struct{ Path string }{"mvdan.cc/sh/v3"}})
@@ -251,6 +257,9 @@ func TestRulesCatch(t *testing.T) {
 		module + "/client depends on mvdan.cc/sh/v3/syntax",
 		module + "/runtime depends on " + module + "/server",
 		module + "/runtime/linux depends on " + module + "/server",
+		module + "/admit depends on " + module + "/server",
+		module + "/admit depends on " + module + "/runtime",
+		module + "/admit depends on " + module + "/runtime/linux",
 	}
 	for _, w := range want {
 		if !slices.ContainsFunc(got, func(s string) bool { return strings.HasPrefix(s, w+" (") }) {
