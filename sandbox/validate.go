@@ -201,3 +201,47 @@ func Quote(s string, max int) string {
 	}
 	return string(b) + `"` + fmt.Sprintf("…(%d bytes)", len(s))
 }
+
+// Validate rejects limits no runtime can enforce as asked: negative ones,
+// and those below what a sandbox needs to start (16 MiB of memory, 8
+// pids, 1 MiB of disk) or below the kernel's minimum CPU quota (0.01). A
+// zero field means the runtime's default.
+func (l Limits) Validate() error {
+	switch {
+	case l.MemoryBytes < 0 || l.Pids < 0 || l.DiskBytes < 0 || l.CPUs < 0:
+		return fmt.Errorf("%w: limits must not be negative", ErrInvalidSpec)
+	case l.MemoryBytes > 0 && l.MemoryBytes < 16<<20:
+		return fmt.Errorf("%w: memory limit %d is below the 16 MiB a sandbox needs to start", ErrInvalidSpec, l.MemoryBytes)
+	case l.Pids > 0 && l.Pids < 8:
+		return fmt.Errorf("%w: pids limit %d is below the 8 a sandbox needs to start", ErrInvalidSpec, l.Pids)
+	case l.CPUs > 0 && l.CPUs*100_000 < 1000: // 1 ms per 100 ms CFS period
+		return fmt.Errorf("%w: cpus %g is below the kernel's minimum quota (0.01)", ErrInvalidSpec, l.CPUs)
+	case l.DiskBytes > 0 && l.DiskBytes < 1<<20:
+		return fmt.Errorf("%w: disk limit %d is below 1 MiB", ErrInvalidSpec, l.DiskBytes)
+	}
+	return nil
+}
+
+// CheckHostname accepts an RFC 1123 host name of at most 64 bytes.
+func CheckHostname(h string) error {
+	if len(h) > 64 {
+		return fmt.Errorf("%w: hostname longer than 64 bytes", ErrInvalidSpec)
+	}
+	for i, c := range h {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' && i > 0 || c == '.' && i > 0
+		if !ok {
+			return fmt.Errorf("%w: hostname %q is not a valid host name", ErrInvalidSpec, h)
+		}
+	}
+	return nil
+}
+
+// CheckEnv accepts KEY=VALUE entries with a non-empty key and no NUL byte.
+func CheckEnv(env []string) error {
+	for _, kv := range env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.Contains(kv, "\x00") {
+			return fmt.Errorf("%w: environment entry %q is not KEY=VALUE", ErrInvalidSpec, kv)
+		}
+	}
+	return nil
+}

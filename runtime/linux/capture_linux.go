@@ -55,7 +55,7 @@ func (s *linuxSandbox) Capture(ctx context.Context, fn func(upper *os.File, idBa
 // its upper layer.
 func (s *linuxSandbox) SetLimits(l sandbox.Limits) error {
 	l = s.r.limitsFor(l)
-	if err := validLimits(l); err != nil {
+	if err := l.Validate(); err != nil {
 		return err
 	}
 	if s.closing.Load() {

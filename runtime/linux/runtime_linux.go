@@ -105,23 +105,6 @@ func (r *Runtime) limitsFor(l sandbox.Limits) sandbox.Limits {
 	return l
 }
 
-// validLimits rejects limits the kernel could not enforce as asked.
-func validLimits(l sandbox.Limits) error {
-	switch {
-	case l.MemoryBytes < 0 || l.Pids < 0 || l.DiskBytes < 0 || l.CPUs < 0:
-		return fmt.Errorf("%w: limits must not be negative", sandbox.ErrInvalidSpec)
-	case l.MemoryBytes > 0 && l.MemoryBytes < 16<<20:
-		return fmt.Errorf("%w: memory limit %d is below the 16 MiB a sandbox needs to start", sandbox.ErrInvalidSpec, l.MemoryBytes)
-	case l.Pids > 0 && l.Pids < 8:
-		return fmt.Errorf("%w: pids limit %d is below the 8 a sandbox needs to start", sandbox.ErrInvalidSpec, l.Pids)
-	case l.CPUs > 0 && l.CPUs*cpuPeriod < 1000:
-		return fmt.Errorf("%w: cpus %g is below the kernel's minimum quota (0.01)", sandbox.ErrInvalidSpec, l.CPUs)
-	case l.DiskBytes > 0 && l.DiskBytes < 1<<20:
-		return fmt.Errorf("%w: disk limit %d is below 1 MiB", sandbox.ErrInvalidSpec, l.DiskBytes)
-	}
-	return nil
-}
-
 var _ sandbox.Runtime = (*Runtime)(nil)
 
 // New returns a Linux runtime after checking, cheaply, the protections
@@ -321,7 +304,7 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	if hostname == "" {
 		hostname = defaultHostname
 	}
-	if err := validHostname(hostname); err != nil {
+	if err := sandbox.CheckHostname(hostname); err != nil {
 		return nil, err
 	}
 	if err := validateRestrictions(spec.Restrict); err != nil {
@@ -357,7 +340,7 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 		return nil, fmt.Errorf("%w: a root filesystem without the host's needs a template layer", sandbox.ErrInvalidSpec)
 	}
 	limits := r.limitsFor(spec.Limits)
-	if err := validLimits(limits); err != nil {
+	if err := limits.Validate(); err != nil {
 		return nil, err
 	}
 	layout := r.cgroupLayout()
@@ -578,20 +561,6 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	return sb, nil
 }
 
-// validHostname accepts an RFC 1123 host name of at most 64 bytes.
-func validHostname(h string) error {
-	if len(h) > 64 {
-		return fmt.Errorf("%w: hostname longer than 64 bytes", sandbox.ErrInvalidSpec)
-	}
-	for i, c := range h {
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' && i > 0 || c == '.' && i > 0
-		if !ok {
-			return fmt.Errorf("%w: hostname %q is not a valid host name", sandbox.ErrInvalidSpec, h)
-		}
-	}
-	return nil
-}
-
 // prepared is what create readies while the init is being started.
 type prepared struct {
 	cg        *sandboxCgroup
@@ -804,11 +773,11 @@ func mergeEnv(base, over []string) ([]string, error) {
 		k, _, _ := strings.Cut(kv, "=")
 		idx[k] = i
 	}
+	if err := sandbox.CheckEnv(over); err != nil {
+		return nil, err
+	}
 	for _, kv := range over {
-		k, _, ok := strings.Cut(kv, "=")
-		if !ok || k == "" || strings.ContainsAny(k, "\x00") || strings.Contains(kv, "\x00") {
-			return nil, fmt.Errorf("%w: environment entry %q is not KEY=VALUE", sandbox.ErrInvalidSpec, kv)
-		}
+		k, _, _ := strings.Cut(kv, "=")
 		if i, ok := idx[k]; ok {
 			out[i] = kv
 			continue

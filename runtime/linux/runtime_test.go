@@ -31,12 +31,12 @@ func TestMergeEnv(t *testing.T) {
 
 func TestValidHostname(t *testing.T) {
 	for _, ok := range []string{"sandbox", "a-b.c", "x1"} {
-		if err := validHostname(ok); err != nil {
+		if err := sandbox.CheckHostname(ok); err != nil {
 			t.Errorf("%q: %v", ok, err)
 		}
 	}
 	for _, bad := range []string{"-x", ".x", "a b", "a/b", "a\nb", string(make([]byte, 65))} {
-		if err := validHostname(bad); err == nil {
+		if err := sandbox.CheckHostname(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}

@@ -63,8 +63,8 @@
 // SpillDir is not supported). Byte counts and durations are real.
 // Secrets, TTYs and resizes are accepted and ignored.
 //
-// Specs and processes are checked as runtime/linux checks them before
-// anything runs (Spec.Validate, limits below what a sandbox needs, the
-// host name, KEY=VALUE environment entries, Process.Validate, a relative
+// Specs and processes are checked with the sandbox package's checks, the
+// ones runtime/linux makes before anything runs (Spec.Validate,
+// Limits.Validate, CheckHostname, CheckEnv, Process.Validate, a relative
 // cwd), so requests it refuses fail the same way.
 package sandboxtest

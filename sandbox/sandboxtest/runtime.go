@@ -72,13 +72,13 @@ func (r *Runtime) Create(ctx context.Context, spec *sandbox.Spec) (sandbox.Sandb
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
-	if err := validLimits(spec.Limits); err != nil {
+	if err := spec.Limits.Validate(); err != nil {
 		return nil, err
 	}
-	if err := validHostname(spec.Hostname); err != nil {
+	if err := sandbox.CheckHostname(spec.Hostname); err != nil {
 		return nil, err
 	}
-	if err := validEnv(spec.Env); err != nil {
+	if err := sandbox.CheckEnv(spec.Env); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -215,51 +215,7 @@ func (s *Sandbox) launch(p *sandbox.Process) (*call, error) {
 	if p.Cwd != "" && !strings.HasPrefix(p.Cwd, "/") {
 		return c, fmt.Errorf("%w: cwd %q is not absolute", sandbox.ErrInvalidSpec, p.Cwd)
 	}
-	return c, validEnv(p.Env)
-}
-
-// The checks below are those of runtime/linux, so that the fake refuses
-// what the real runtime refuses before anything runs.
-
-// validLimits rejects limits the real runtime would refuse.
-func validLimits(l sandbox.Limits) error {
-	switch {
-	case l.MemoryBytes < 0 || l.Pids < 0 || l.DiskBytes < 0 || l.CPUs < 0:
-		return fmt.Errorf("%w: limits must not be negative", sandbox.ErrInvalidSpec)
-	case l.MemoryBytes > 0 && l.MemoryBytes < 16<<20:
-		return fmt.Errorf("%w: memory limit %d is below the 16 MiB a sandbox needs to start", sandbox.ErrInvalidSpec, l.MemoryBytes)
-	case l.Pids > 0 && l.Pids < 8:
-		return fmt.Errorf("%w: pids limit %d is below the 8 a sandbox needs to start", sandbox.ErrInvalidSpec, l.Pids)
-	case l.CPUs > 0 && l.CPUs < 0.01:
-		return fmt.Errorf("%w: cpus %g is below the kernel's minimum quota (0.01)", sandbox.ErrInvalidSpec, l.CPUs)
-	case l.DiskBytes > 0 && l.DiskBytes < 1<<20:
-		return fmt.Errorf("%w: disk limit %d is below 1 MiB", sandbox.ErrInvalidSpec, l.DiskBytes)
-	}
-	return nil
-}
-
-// validHostname accepts an RFC 1123 host name of at most 64 bytes.
-func validHostname(h string) error {
-	if len(h) > 64 {
-		return fmt.Errorf("%w: hostname longer than 64 bytes", sandbox.ErrInvalidSpec)
-	}
-	for i, c := range h {
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' && i > 0 || c == '.' && i > 0
-		if !ok {
-			return fmt.Errorf("%w: hostname %q is not a valid host name", sandbox.ErrInvalidSpec, h)
-		}
-	}
-	return nil
-}
-
-// validEnv checks KEY=VALUE entries.
-func validEnv(env []string) error {
-	for _, kv := range env {
-		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
-			return fmt.Errorf("%w: environment entry %q is not KEY=VALUE", sandbox.ErrInvalidSpec, kv)
-		}
-	}
-	return nil
+	return c, sandbox.CheckEnv(p.Env)
 }
 
 // call is one process; it is the sandbox.Proc of Start.
