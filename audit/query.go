@@ -111,7 +111,7 @@ func (t *Tape) QueryPage(ctx context.Context, q Query) (Page, error) {
 		q.Limit = DefaultLimit
 	}
 	q.Limit = min(q.Limit, MaxLimit)
-	srcs, err := t.snapshot()
+	srcs, err := t.view()
 	if err != nil {
 		return Page{Events: []Event{}}, err
 	}
@@ -139,7 +139,7 @@ func (t *Tape) QueryPage(ctx context.Context, q Query) (Page, error) {
 
 // snapshot lists the files to read, oldest first, and opens the current
 // file under the lock so that a concurrent rotation cannot hide it.
-func (t *Tape) snapshot() ([]source, error) {
+func (t *Tape) view() ([]source, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {

@@ -71,13 +71,13 @@ func (e *DeniedError) Error() string {
 }
 func (e *DeniedError) Unwrap() error { return ErrDenied }
 
-// Context is the policy context of a spec: its workspace (WorkspaceDir
+// Context is the policy context of a spec: its workspace (sandbox.WorkspaceDir
 // for an in-memory one), the given home, and its binds as read and write
 // roots; symlinks resolved on the host.
 func Context(spec *sandbox.Spec, home string) policy.Context {
 	c := policy.Context{Workspace: spec.Workspace, Home: home, Resolve: true}
 	if c.Workspace == "" {
-		c.Workspace = WorkspaceDir
+		c.Workspace = sandbox.WorkspaceDir
 	}
 	for _, b := range spec.Binds {
 		if b.Writable {

@@ -81,7 +81,7 @@ func TestView(t *testing.T) {
 	if _, _, ok := v.Sandbox("/h/other"); ok {
 		t.Error("Sandbox of an unseen path")
 	}
-	// An in-memory workspace maps to WorkspaceDir, the policy's anchor.
+	// An in-memory workspace maps to sandbox.WorkspaceDir, the policy's anchor.
 	if got, ok := NewView(&sandbox.Spec{}).Host("/workspace/src"); !ok || got != "/workspace/src" {
 		t.Errorf("memory workspace: %q %v", got, ok)
 	}

@@ -20,7 +20,7 @@ var notShown = []string{"/workspace", "/lost+found", "/boot"}
 // read; the home on its own (so its files map to the sandbox user); and
 // the writable roots of allow Write rules.
 func (c *compiler) trustedBinds() {
-	taken := map[string]bool{WorkspaceDir: true}
+	taken := map[string]bool{sandbox.WorkspaceDir: true}
 	for _, b := range c.spec.Binds {
 		t := b.Target
 		if t == "" {

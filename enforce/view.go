@@ -8,10 +8,6 @@ import (
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
-// WorkspaceDir is where every sandbox sees its workspace. An in-memory
-// workspace has no host path; the policy anchors it here.
-const WorkspaceDir = "/workspace"
-
 // Tree is one host tree the sandbox sees.
 type Tree struct {
 	Host     string // host path ("" for the in-memory workspace)
@@ -36,7 +32,7 @@ func NewView(spec *sandbox.Spec) *View {
 	for _, d := range systemTrees {
 		v.trees = append(v.trees, Tree{Host: d, Target: d})
 	}
-	v.trees = append(v.trees, Tree{Host: spec.Workspace, Target: WorkspaceDir, Writable: true})
+	v.trees = append(v.trees, Tree{Host: spec.Workspace, Target: sandbox.WorkspaceDir, Writable: true})
 	for _, b := range spec.Binds {
 		t := b.Target
 		if t == "" {
@@ -52,7 +48,7 @@ func NewView(spec *sandbox.Spec) *View {
 func (v *View) Trees() []Tree { return append([]Tree(nil), v.trees...) }
 
 // Host maps a clean absolute sandbox path to the policy's host path: the
-// path on the host, or below WorkspaceDir for an in-memory workspace.
+// path on the host, or below sandbox.WorkspaceDir for an in-memory workspace.
 // ok is false for the sandbox's own storage (/tmp, its home, /dev/shm,
 // /proc, /dev), which holds nothing of the host.
 func (v *View) Host(p string) (host string, ok bool) {
@@ -64,7 +60,7 @@ func (v *View) Host(p string) (host string, ok bool) {
 		}
 		base := t.Host
 		if base == "" {
-			base = WorkspaceDir
+			base = sandbox.WorkspaceDir
 		}
 		return path.Join(base, rel), true
 	}

@@ -6,6 +6,8 @@ import (
 	"io"
 	"path"
 	"strings"
+
+	"github.com/moat-sandbox/moat/sandbox"
 )
 
 // Pure helpers of the file operations: path and tar-name rules, error
@@ -26,8 +28,6 @@ const (
 	// maxTreeDepth bounds how deep a recursive remove or an archived
 	// tree goes; each level holds one directory descriptor.
 	maxTreeDepth = 1024
-	// workspacePath is where relative paths of file operations start.
-	workspacePath = "/workspace"
 	// creationUmask is applied to the modes of directories and
 	// extracted entries, as a sandbox process with umask 022 gets.
 	creationUmask = 0o022
@@ -65,7 +65,7 @@ func sandboxPath(p string) (string, error) {
 		return "", errInvalid("path contains a NUL byte")
 	}
 	if !strings.HasPrefix(p, "/") {
-		p = workspacePath + "/" + p
+		p = sandbox.WorkspaceDir + "/" + p
 	}
 	return path.Clean(p), nil
 }

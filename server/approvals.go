@@ -47,7 +47,7 @@ type approval struct {
 	done  chan struct{} // closed when it is no longer pending
 }
 
-func (a *approval) snapshot() api.Approval {
+func (a *approval) view() api.Approval {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.info
@@ -176,7 +176,7 @@ func (r *approvals) expire(a *approval) {
 	ok := r.finish(a, api.ApprovalExpired, "system", "", "")
 	r.mu.Unlock()
 	if ok {
-		info := a.snapshot()
+		info := a.view()
 		r.s.record(audit.Event{Kind: "approval.expire", Tenant: info.Tenant, Actor: "system", Sandbox: info.Sandbox, Decision: audit.DecisionDeny,
 			Rule: ruleWithSource(info.Rule, info.Source), Request: mustJSON(map[string]string{"approval": info.ID, "request": info.Request}),
 			Result: mustJSON(map[string]string{"state": info.State})})
@@ -189,7 +189,7 @@ func (r *approvals) withdraw(a *approval, why string) {
 	ok := r.finish(a, api.ApprovalWithdrawn, "system", "", why)
 	r.mu.Unlock()
 	if ok {
-		info := a.snapshot()
+		info := a.view()
 		r.s.record(audit.Event{Kind: "approval.withdraw", Tenant: info.Tenant, Actor: "system", Sandbox: info.Sandbox,
 			Rule: ruleWithSource(info.Rule, info.Source), Request: mustJSON(map[string]string{"approval": info.ID, "request": info.Request}),
 			Result: mustJSON(map[string]string{"state": info.State, "why": why})})
@@ -228,7 +228,7 @@ func (r *approvals) list(c Caller, state, sandbox string) []api.Approval {
 func (r *approvals) listLocked(tenant, state, sandbox string) []api.Approval {
 	out := []api.Approval{}
 	for _, a := range r.order {
-		info := a.snapshot()
+		info := a.view()
 		if info.Tenant == tenant && (sandbox == "" || info.Sandbox == sandbox) && (state == "all" || info.State == state) {
 			out = append(out, info)
 		}
@@ -280,7 +280,7 @@ func (r *approvals) answer(c Caller, id, state, scope, comment string) (api.Appr
 	r.mu.Lock()
 	ok := r.finish(a, state, c.Actor, scope, comment)
 	r.mu.Unlock()
-	info := a.snapshot()
+	info := a.view()
 	if !ok {
 		return info, api.Errorf(api.CodeConflict, "approval %s is %s, not pending", id, info.State)
 	}
@@ -350,7 +350,7 @@ func (s *Service) getApproval(ctx context.Context, c Caller, in *input) (any, er
 	if err != nil {
 		return nil, err
 	}
-	info := a.snapshot()
+	info := a.view()
 	return &info, nil
 }
 

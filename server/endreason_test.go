@@ -50,7 +50,7 @@ func TestExecSandboxTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	created := m.snapshot().CreatedAt
+	created := m.view().CreatedAt
 
 	if res, _ := h.execRaw(tokenA, id, api.Exec{Args: []string{"echo", "ok"}}); res.ExitCode != 0 || res.ExitReason != sandbox.ReasonExited || res.Stdout != "ok\n" {
 		t.Fatalf("control exec: %+v", res)

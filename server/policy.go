@@ -312,7 +312,7 @@ func (s *Service) askApproval(ctx context.Context, c Caller, m *managed, op stri
 	s.record(audit.Event{Kind: "approval.request", Tenant: c.Tenant, Actor: c.Actor, Sandbox: m.info.ID, Decision: audit.DecisionAsk,
 		Rule: rule, Request: mustJSON(map[string]string{"approval": ap.info.ID, "op": op, "request": text}),
 		Result: mustJSON(map[string]any{"reason": d.Reason, "expires_at": ap.info.ExpiresAt})})
-	first := ap.snapshot()
+	first := ap.view()
 	if st != nil {
 		st.send(api.Event{Type: api.EventApproval, Approval: &first})
 	}
@@ -324,7 +324,7 @@ func (s *Service) askApproval(ctx context.Context, c Caller, m *managed, op stri
 		s.approvals.withdraw(ap, "the sandbox ended")
 	}
 	<-ap.done
-	info := ap.snapshot()
+	info := ap.view()
 	if st != nil {
 		st.send(api.Event{Type: api.EventApproval, Approval: &info})
 	}
@@ -359,7 +359,7 @@ func ruleWithSource(rule, source string) string {
 func (s *Service) judgePaths(ctx context.Context, c Caller, m *managed, vs *[]verdict, op string, write bool, paths ...string) error {
 	for _, p := range paths {
 		if !path.IsAbs(p) {
-			p = path.Join(enforce.WorkspaceDir, p)
+			p = path.Join(sandbox.WorkspaceDir, p)
 		}
 		host, ok := m.pol.view.Host(p)
 		if !ok {

@@ -8,9 +8,9 @@ import (
 
 	"github.com/moat-sandbox/moat/api"
 	"github.com/moat-sandbox/moat/audit"
-	"github.com/moat-sandbox/moat/rootfs"
 	"github.com/moat-sandbox/moat/sandbox"
 	"github.com/moat-sandbox/moat/store"
+	"github.com/moat-sandbox/moat/templates"
 )
 
 // managed is one live sandbox of the service.
@@ -28,7 +28,7 @@ type managed struct {
 	// rootMu serializes snapshots and restores of the sandbox; lineage
 	// (under it) is what its next snapshot is relative to.
 	rootMu  sync.Mutex
-	lineage *rootfs.Lineage
+	lineage *templates.Lineage
 
 	mu         sync.Mutex
 	sb         sandbox.Sandbox // replaced by a restore: read it with box()
@@ -43,8 +43,8 @@ type managed struct {
 	endDone    chan struct{}
 }
 
-// snapshot returns the sandbox's description.
-func (m *managed) snapshot() api.Sandbox {
+// view returns the sandbox's description.
+func (m *managed) view() api.Sandbox {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	info := m.info
@@ -249,8 +249,8 @@ type built struct {
 	pol     *sandboxPolicy
 	netMode sandbox.NetMode
 	network *api.Network // the sandbox's network as it describes it
-	tmpl    *rootfs.Template
-	snap    *rootfs.Snapshot // the sandbox starts from it (a fork), or nil
+	tmpl    *templates.Template
+	snap    *templates.Snapshot // the sandbox starts from it (a fork), or nil
 }
 
 // buildSpec resolves the request's template or snapshot, fills the
@@ -298,7 +298,7 @@ func (s *Service) launch(ctx context.Context, c Caller, req *api.CreateSandbox, 
 	now := time.Now()
 	enf := sandboxEnforcement(sb, s.cfg.Runtime)
 	m := &managed{
-		sb: sb, tenant: c.Tenant, pol: b.pol, spec: b.spec, netMode: b.netMode, lineage: rootfs.NewLineage(b.tmpl, b.snap),
+		sb: sb, tenant: c.Tenant, pol: b.pol, spec: b.spec, netMode: b.netMode, lineage: templates.NewLineage(b.tmpl, b.snap),
 		lastActive: now, procs: map[uint64]*proc{}, endDone: make(chan struct{}),
 		info: api.Sandbox{
 			ID: sb.ID(), Tenant: c.Tenant, State: api.StateRunning, CreatedAt: now,
@@ -334,7 +334,7 @@ func (s *Service) launch(ctx context.Context, c Caller, req *api.CreateSandbox, 
 	s.metrics.created.Inc()
 	s.tasks.Add(1)
 	go s.watch(m)
-	info := m.snapshot()
+	info := m.view()
 	return &info, nil
 }
 
@@ -411,7 +411,7 @@ func (s *Service) getSandbox(ctx context.Context, c Caller, in *input) (any, err
 		return nil, err
 	}
 	if m, err := s.lookup(c, req.Sandbox); err == nil {
-		info := m.snapshot()
+		info := m.view()
 		return &info, nil
 	}
 	rec, err := s.cfg.Store.GetSandbox(ctx, c.Tenant, req.Sandbox)
@@ -446,7 +446,7 @@ func (s *Service) listSandboxes(ctx context.Context, c Caller, in *input) (any, 
 		}
 		s.mu.Unlock()
 		for _, m := range mine {
-			out.Sandboxes = append(out.Sandboxes, m.snapshot())
+			out.Sandboxes = append(out.Sandboxes, m.view())
 		}
 	}
 	if req.State != api.StateRunning {
@@ -477,7 +477,7 @@ func (s *Service) deleteSandbox(ctx context.Context, c Caller, in *input) (any, 
 	}
 	s.end(ctx, m, api.EndDeleted, c)
 	in.recorded = true // the end is recorded as sandbox.end
-	info := m.snapshot()
+	info := m.view()
 	return &info, nil
 }
 

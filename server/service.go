@@ -30,9 +30,9 @@ import (
 	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/netproxy"
 	"github.com/moat-sandbox/moat/policy"
-	"github.com/moat-sandbox/moat/rootfs"
 	"github.com/moat-sandbox/moat/sandbox"
 	"github.com/moat-sandbox/moat/store"
+	"github.com/moat-sandbox/moat/templates"
 )
 
 // Defaults of a Service.
@@ -120,9 +120,9 @@ type Config struct {
 	AuthMaxSources    int
 	// Layers is the template and snapshot store; nil serves the host
 	// template only, without snapshots.
-	Layers *rootfs.Store
+	Layers *templates.Store
 	// SnapshotQuota caps what one tenant's snapshots cost in Layers
-	// together (allocated bytes, see rootfs.Snapshot.Cost); default
+	// together (allocated bytes, see templates.Snapshot.Cost); default
 	// DefaultSnapshotQuota.
 	SnapshotQuota int64
 	// Pools are the warm pools to keep filled (they need Layers for any

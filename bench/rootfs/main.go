@@ -41,11 +41,11 @@ import (
 	"github.com/moat-sandbox/moat/bench/internal/stats"
 	"github.com/moat-sandbox/moat/client"
 	"github.com/moat-sandbox/moat/config"
-	"github.com/moat-sandbox/moat/rootfs"
 	"github.com/moat-sandbox/moat/runtime/linux"
 	"github.com/moat-sandbox/moat/sandbox"
 	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/store"
+	"github.com/moat-sandbox/moat/templates"
 )
 
 func main() {
@@ -202,7 +202,7 @@ func start(ctx context.Context, dir string, poolSize int) (*env, func(), error) 
 	if err != nil {
 		return nil, nil, err
 	}
-	layers, err := rootfs.Open(filepath.Join(dir, "store"))
+	layers, err := templates.Open(filepath.Join(dir, "store"))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -210,7 +210,7 @@ func start(ctx context.Context, dir string, poolSize int) (*env, func(), error) 
 	if err != nil {
 		return nil, nil, fmt.Errorf("building the OCI image: %w", err)
 	}
-	if _, err := layers.Import(ctx, rootfs.ImportRequest{Name: "bench-oci", Kind: rootfs.SourceOCI, Path: img}); err != nil {
+	if _, err := layers.Import(ctx, templates.ImportRequest{Name: "bench-oci", Kind: templates.SourceOCI, Path: img}); err != nil {
 		return nil, nil, err
 	}
 	st, err := store.Open(ctx, filepath.Join(dir, "moat.db"))

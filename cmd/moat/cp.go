@@ -20,6 +20,7 @@ import (
 	"github.com/moat-sandbox/moat/display"
 	"github.com/moat-sandbox/moat/fstree"
 	"github.com/moat-sandbox/moat/output"
+	"github.com/moat-sandbox/moat/sandbox"
 )
 
 // moat sandbox cp.
@@ -139,7 +140,7 @@ func splitRemote(s string) (id, p string, ok bool) {
 		return "", "", false
 	}
 	if p == "" {
-		p = "/workspace"
+		p = sandbox.WorkspaceDir
 	}
 	return id, p, true
 }

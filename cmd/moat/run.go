@@ -18,9 +18,9 @@ import (
 	"github.com/moat-sandbox/moat/display"
 	"github.com/moat-sandbox/moat/output"
 	"github.com/moat-sandbox/moat/policy"
-	"github.com/moat-sandbox/moat/rootfs"
 	moatruntime "github.com/moat-sandbox/moat/runtime"
 	"github.com/moat-sandbox/moat/sandbox"
+	"github.com/moat-sandbox/moat/templates"
 )
 
 type runFlags struct {
@@ -82,7 +82,7 @@ the operator config (/etc/moat/config.toml: memory 2 GiB, cpus 2, pids
 
 Templates (--template NAME): the sandbox's root filesystem is a template
 of the store ('moat template import', 'moat template ls'; --store, default
-the config's [store] dir, else ` + rootfs.DefaultDir + `) instead of the
+the config's [store] dir, else ` + templates.DefaultDir + `) instead of the
 host's system directories, read-only under a private writable layer; its
 environment, working directory and limits are the defaults of the call.
 
@@ -160,7 +160,7 @@ func runCommand() *command {
 			fl.StringArrayVar(&f.denyDomains, "deny-domain", nil, "refuse `DOMAIN` even where an allowlist admits it (repeatable)")
 			fl.StringVar(&f.config, "config", "", "operator config `FILE` with default limits (default $MOAT_CONFIG or "+config.DefaultPath+")")
 			fl.StringVar(&f.template, "template", "", "run on the root filesystem of template `NAME` (default host: the host's system directories; see 'moat template')")
-			fl.StringVar(&f.store, "store", "", "template store `DIR` of --template (default the config's [store] dir, else "+rootfs.DefaultDir+")")
+			fl.StringVar(&f.store, "store", "", "template store `DIR` of --template (default the config's [store] dir, else "+templates.DefaultDir+")")
 			fl.StringVar(&f.runtime, "runtime", "", runtimeFlagUsage())
 		},
 		run: func(ctx context.Context, args []string) error {
@@ -329,7 +329,7 @@ func runRun(ctx context.Context, f *runFlags, args []string) error {
 		err = &redactedError{msg: red.RedactString(err.Error()), err: err}
 	}
 	if f.json {
-		if perr := printJSON(runResult{Result: res, Template: tmpl, Policy: rp, Network: netw.snapshot()}); perr != nil {
+		if perr := printJSON(runResult{Result: res, Template: tmpl, Policy: rp, Network: netw.view()}); perr != nil {
 			return perr
 		}
 		return &exitError{code: res.ExitCode}
@@ -351,7 +351,7 @@ func runRun(ctx context.Context, f *runFlags, args []string) error {
 // where the flags left them unset. It returns the template's name ("" when
 // --template was not given).
 func (f *runFlags) applyTemplate(spec *sandbox.Spec, d config.Defaults) (string, error) {
-	if f.template == "" || f.template == rootfs.HostTemplate && f.store == "" {
+	if f.template == "" || f.template == templates.HostTemplate && f.store == "" {
 		return f.template, nil
 	}
 	st, err := openStore(f.store, d)
@@ -359,7 +359,7 @@ func (f *runFlags) applyTemplate(spec *sandbox.Spec, d config.Defaults) (string,
 		return "", fmt.Errorf("%w: --template %s: %v", sandbox.ErrInvalidSpec, f.template, err)
 	}
 	t, err := st.Template(f.template)
-	if errors.Is(err, rootfs.ErrNotFound) {
+	if errors.Is(err, templates.ErrNotFound) {
 		return "", fmt.Errorf("%w: --template %s: no such template in %s (see 'moat template ls')", sandbox.ErrInvalidSpec, f.template, st.Dir())
 	}
 	if err != nil {

@@ -156,8 +156,8 @@ func (n *runNetwork) close() {
 	}
 }
 
-// snapshot returns the result object (nil when there is nothing to say).
-func (n *runNetwork) snapshot() *runNetwork {
+// view returns the result object (nil when there is nothing to say).
+func (n *runNetwork) view() *runNetwork {
 	if n == nil {
 		return nil
 	}

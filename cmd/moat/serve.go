@@ -23,10 +23,10 @@ import (
 	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/config"
 	"github.com/moat-sandbox/moat/display"
-	"github.com/moat-sandbox/moat/rootfs"
 	moatruntime "github.com/moat-sandbox/moat/runtime"
 	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/store"
+	"github.com/moat-sandbox/moat/templates"
 )
 
 // Defaults of moat serve.
@@ -88,7 +88,7 @@ killed) stops it like SIGTERM. Its peer (that program) may answer
 approvals.
 
 Templates and snapshots live in the store (--store, default the config's
-[store] dir, else ` + rootfs.DefaultDir + `), shared with 'moat template'
+[store] dir, else ` + templates.DefaultDir + `), shared with 'moat template'
 and 'moat run --template': sandboxes are created from a template (the
 built-in "host", or one imported with 'moat template import') or from a
 snapshot, and can be snapshotted, restored and forked ('moat sandbox
@@ -135,7 +135,7 @@ func serveCommand() *command {
 			fl.StringVar(&f.data, "data", "", "data `DIR` (default "+defaultDataDir+")")
 			fl.BoolVar(&f.stdio, "stdio", false, "serve JSON-RPC 2.0 on stdin/stdout instead of HTTP")
 			fl.StringVar(&f.config, "config", "", "operator config `FILE` with default limits (default $MOAT_CONFIG or "+config.DefaultPath+")")
-			fl.StringVar(&f.store, "store", "", "template and snapshot store `DIR` (default the config's [store] dir, else "+rootfs.DefaultDir+")")
+			fl.StringVar(&f.store, "store", "", "template and snapshot store `DIR` (default the config's [store] dir, else "+templates.DefaultDir+")")
 			fl.StringVar(&f.runtime, "runtime", "", runtimeFlagUsage())
 			fl.BoolVar(&f.allowHostPaths, "allow-host-paths", false, "let HTTP callers bind host directories (always on with --stdio)")
 			fl.DurationVar(&f.timeout, "default-timeout", server.DefaultTimeout, "maximum age of a sandbox created without timeout_ms")

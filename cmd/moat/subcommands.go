@@ -14,7 +14,7 @@ import (
 
 	"github.com/moat-sandbox/moat/api"
 	"github.com/moat-sandbox/moat/client"
-	"github.com/moat-sandbox/moat/rootfs"
+	"github.com/moat-sandbox/moat/templates"
 )
 
 // dispatch runs `moat GROUP COMMAND ARGS...` for a command made of
@@ -216,9 +216,9 @@ func (r *removal) print(w io.Writer, asJSON bool) error {
 // store ("" for another failure).
 func storeCode(err error) string {
 	switch {
-	case errors.Is(err, rootfs.ErrNotFound):
+	case errors.Is(err, templates.ErrNotFound):
 		return api.CodeNotFound
-	case errors.Is(err, rootfs.ErrExists), errors.Is(err, rootfs.ErrInUse):
+	case errors.Is(err, templates.ErrExists), errors.Is(err, templates.ErrInUse):
 		return api.CodeConflict
 	}
 	return ""

@@ -14,8 +14,8 @@ import (
 
 	"github.com/moat-sandbox/moat/config"
 	"github.com/moat-sandbox/moat/display"
-	"github.com/moat-sandbox/moat/rootfs"
 	"github.com/moat-sandbox/moat/sandbox"
+	"github.com/moat-sandbox/moat/templates"
 )
 
 const templateLong = `Manage the templates of the local template store: the root filesystems
@@ -34,7 +34,7 @@ Commands:
 Run 'moat template COMMAND --help' for a command's flags.
 
 The store is a directory (--store; default the [store] dir of the
-operator config, else ` + rootfs.DefaultDir + `) that 'moat serve' and these
+operator config, else ` + templates.DefaultDir + `) that 'moat serve' and these
 commands share; changing it needs root. What a template holds is treated
 as untrusted: device nodes, fifos and sockets are left out, setuid and
 setgid bits stripped, extended attributes dropped, and file owners kept
@@ -87,7 +87,7 @@ func runTemplate(ctx context.Context, args []string, sio sandboxIO) error {
 // storeRefused reports whether the store refused a request for what it
 // holds (exit 1) rather than for a bad request or a failure (125).
 func storeRefused(err error) bool {
-	return errors.Is(err, rootfs.ErrNotFound) || errors.Is(err, rootfs.ErrExists) || errors.Is(err, rootfs.ErrInUse)
+	return errors.Is(err, templates.ErrNotFound) || errors.Is(err, templates.ErrExists) || errors.Is(err, templates.ErrInUse)
 }
 
 // storeFlags name the template store.
@@ -96,12 +96,12 @@ type storeFlags struct {
 }
 
 func (s *storeFlags) declare(fl *pflag.FlagSet) {
-	fl.StringVar(&s.dir, "store", "", "template and snapshot store `DIR` (default the config's [store] dir, else "+rootfs.DefaultDir+")")
+	fl.StringVar(&s.dir, "store", "", "template and snapshot store `DIR` (default the config's [store] dir, else "+templates.DefaultDir+")")
 	fl.StringVar(&s.config, "config", "", "operator config `FILE` naming the store (default $MOAT_CONFIG or "+config.DefaultPath+")")
 }
 
 // open opens the store the flags name.
-func (s *storeFlags) open() (*rootfs.Store, error) {
+func (s *storeFlags) open() (*templates.Store, error) {
 	var d config.Defaults
 	if s.dir == "" || s.config != "" {
 		var err error
@@ -113,15 +113,15 @@ func (s *storeFlags) open() (*rootfs.Store, error) {
 }
 
 // openStore opens the template store: dir, else the config's store
-// directory, else rootfs.DefaultDir.
-func openStore(dir string, d config.Defaults) (*rootfs.Store, error) {
+// directory, else templates.DefaultDir.
+func openStore(dir string, d config.Defaults) (*templates.Store, error) {
 	if dir == "" {
 		dir = d.StoreDir
 	}
 	if dir == "" {
-		dir = rootfs.DefaultDir
+		dir = templates.DefaultDir
 	}
-	return rootfs.Open(dir)
+	return templates.Open(dir)
 }
 
 // needRoot refuses a change of the store by another user than root: the
@@ -189,10 +189,10 @@ func tmplImport(sio sandboxIO) *command {
 			st.declare(fl)
 		},
 		run: func(ctx context.Context, args []string) error {
-			req := rootfs.ImportRequest{Kind: rootfs.SourceDir, Env: env, Workdir: workdir, User: user}
+			req := templates.ImportRequest{Kind: templates.SourceDir, Env: env, Workdir: workdir, User: user}
 			switch {
 			case oci != "" && len(args) == 1:
-				req.Name, req.Kind, req.Path, req.Ref = args[0], rootfs.SourceOCI, oci, ref
+				req.Name, req.Kind, req.Path, req.Ref = args[0], templates.SourceOCI, oci, ref
 			case oci != "":
 				return usageError("import --oci takes one argument, the template's NAME (give either a DIR or --oci PATH)")
 			case len(args) != 2:
@@ -214,7 +214,7 @@ func tmplImport(sio sandboxIO) *command {
 			if req.Sandbox, err = lim.limits(); err != nil {
 				return err
 			}
-			if req.Kind == rootfs.SourceDir {
+			if req.Kind == templates.SourceDir {
 				fi, err := os.Stat(req.Path)
 				if err != nil {
 					return usageError("import: %s: %v", req.Path, errors.Unwrap(err))
@@ -252,7 +252,7 @@ func tmplImport(sio sandboxIO) *command {
 }
 
 // warnImport says on w what the import left out or changed.
-func warnImport(w io.Writer, t *rootfs.Template) {
+func warnImport(w io.Writer, t *templates.Template) {
 	if t.SkippedCount > 0 {
 		more := ""
 		if n := t.SkippedCount - len(t.Skipped); n > 0 {
@@ -271,7 +271,7 @@ func warnImport(w io.Writer, t *rootfs.Template) {
 
 // printTemplate writes a template's description, one field a line; what
 // comes from the image (workdir, environment) is escaped.
-func printTemplate(w io.Writer, t *rootfs.Template) error {
+func printTemplate(w io.Writer, t *templates.Template) error {
 	d := display.String
 	fmt.Fprintf(w, "name:     %s\nsource:   %s\n", d(t.Name), d(t.Source))
 	if t.ImageDigest != "" {
@@ -346,7 +346,7 @@ func tmplList(sio sandboxIO) *command {
 				return err
 			}
 			now := time.Now()
-			return printList(sio.stdout, asJSON, ts, "NAME\tSOURCE\tSIZE\tENTRIES\tCREATED", func(t *rootfs.Template) string {
+			return printList(sio.stdout, asJSON, ts, "NAME\tSOURCE\tSIZE\tENTRIES\tCREATED", func(t *templates.Template) string {
 				if t.Layer == "" {
 					return fmt.Sprintf("%s\t%s\t-\t-\t-", display.String(t.Name), display.String(t.Source))
 				}
@@ -394,13 +394,13 @@ object instead: {"removed": [names], "failed": [{"id", "code", "error"}]}
 				if err == nil {
 					continue
 				}
-				if errors.Is(err, rootfs.ErrInUse) || errors.Is(err, rootfs.ErrNotFound) || name == rootfs.HostTemplate {
+				if errors.Is(err, templates.ErrInUse) || errors.Is(err, templates.ErrNotFound) || name == templates.HostTemplate {
 					code = max(code, 1)
 				} else {
 					code = sandbox.ExitSetupFailed
 				}
 				hint := ""
-				if errors.Is(err, rootfs.ErrInUse) {
+				if errors.Is(err, templates.ErrInUse) {
 					hint = " (delete its snapshots with 'moat snapshot rm' and end the sandboxes made from it first)"
 				}
 				fmt.Fprintf(sio.stderr, "moat template rm: %s: %s%s\n", display.String(name), display.String(err.Error()), hint)

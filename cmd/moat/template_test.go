@@ -14,8 +14,8 @@ import (
 	"testing"
 
 	"github.com/moat-sandbox/moat/internal/testutil"
-	"github.com/moat-sandbox/moat/rootfs"
 	"github.com/moat-sandbox/moat/sandbox"
+	"github.com/moat-sandbox/moat/templates"
 )
 
 // busybox is the static busybox of Debian's busybox-static.
@@ -75,7 +75,7 @@ func TestTemplateCLI(t *testing.T) {
 		}
 	}
 	o = importTiny(t, store, "tiny-env", "--json", "-e", "GREETING=hello", "--workdir", "/srv", "--pids", "64")
-	var tmpl rootfs.Template
+	var tmpl templates.Template
 	if err := json.Unmarshal([]byte(o.Stdout), &tmpl); err != nil {
 		t.Fatalf("import --json: %v\n%s", err, o.Stdout)
 	}
@@ -122,8 +122,8 @@ func TestTemplateCLI(t *testing.T) {
 		t.Fatalf("template ls: exit %d\n%s%s", o.Code, o.Stdout, o.Stderr)
 	}
 	o = testutil.Exec(t, "template", "ls", "--json", "--store", store)
-	var list []rootfs.Template
-	if err := json.Unmarshal([]byte(o.Stdout), &list); err != nil || len(list) != 3 || list[0].Name != rootfs.HostTemplate || list[1].Layer == "" {
+	var list []templates.Template
+	if err := json.Unmarshal([]byte(o.Stdout), &list); err != nil || len(list) != 3 || list[0].Name != templates.HostTemplate || list[1].Layer == "" {
 		t.Fatalf("template ls --json: %v\n%s", err, o.Stdout)
 	}
 

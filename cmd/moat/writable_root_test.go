@@ -21,7 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/moat-sandbox/moat/internal/testutil"
-	"github.com/moat-sandbox/moat/rootfs"
+	"github.com/moat-sandbox/moat/templates"
 )
 
 // imagePackages are the Debian packages whose files (and those of their
@@ -279,7 +279,7 @@ func TestImageTemplateWritableRoot(t *testing.T) {
 	if o.Code != 0 {
 		t.Fatalf("template import: exit %d\n%s%s", o.Code, o.Stdout, o.Stderr)
 	}
-	var tmpl rootfs.Template
+	var tmpl templates.Template
 	if err := json.Unmarshal([]byte(o.Stdout), &tmpl); err != nil {
 		t.Fatalf("template import --json: %v\n%s", err, o.Stdout)
 	}

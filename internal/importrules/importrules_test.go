@@ -28,7 +28,7 @@ var goos = []string{"linux", "darwin", "windows"}
 // TOML, SQLite, OCI images, the kernel's sandboxing).
 var engines = []string{
 	"policy/...", "audit", "enforce", "netproxy", "store", "runtime/...", "server",
-	"rootfs", "seccomp", "guest", "fstree", "config", "cmd/...",
+	"templates", "guest", "fstree", "config", "cmd/...",
 	"mvdan.cc/sh/...", "github.com/pelletier/go-toml/...", "github.com/BurntSushi/toml/...",
 	"modernc.org/sqlite/...", "github.com/google/go-containerregistry/...",
 	"github.com/landlock-lsm/...", "github.com/opencontainers/...",

@@ -31,9 +31,3 @@
 // the init hardened (capabilities, no_new_privs, Landlock, seccomp), so
 // that everything is in place before the first sandbox process runs.
 package linux
-
-// Paths inside every sandbox.
-const (
-	workspaceDir = "/workspace"
-	homeDir      = "/home/sandbox"
-)

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/sandbox"
 )
 
 // etcLayerVersion changes whenever the layer's content rules change. It
@@ -35,7 +37,7 @@ var etcHidden = []string{
 func etcFiles(hostname string, uid, gid int) map[string]string {
 	return map[string]string{
 		"passwd": fmt.Sprintf("root:x:0:0:root:/root:/bin/sh\nsandbox:x:%d:%d:sandbox:%s:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-			uid, gid, homeDir),
+			uid, gid, sandbox.HomeDir),
 		"group":       fmt.Sprintf("root:x:0:\ntty:x:5:\nsandbox:x:%d:\nnogroup:x:65534:\n", gid),
 		"hostname":    hostname + "\n",
 		"hosts":       "127.0.0.1\tlocalhost " + hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n",

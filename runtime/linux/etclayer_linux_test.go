@@ -90,7 +90,7 @@ func TestEtcLayersCollected(t *testing.T) {
 	}
 
 	// A layer nobody holds (a crashed moat's) goes at the next Reclaim.
-	if _, err := etcLayer(r.stateDir, prefix+"crashed", sandboxUID, sandboxGID, false); err != nil {
+	if _, err := etcLayer(r.stateDir, prefix+"crashed", sandbox.UID, sandbox.GID, false); err != nil {
 		t.Fatal(err)
 	}
 	if got := etcLayersOf(r.stateDir, prefix); len(got) != 1 {
@@ -116,7 +116,7 @@ func TestLeasedLayerNames(t *testing.T) {
 			t.Errorf("leased(%q) = %v, want %v", name, got, want)
 		}
 	}
-	if n, err := etcLayer(t.TempDir(), "h", sandboxUID, sandboxGID, false); err != nil || !leased(filepath.Base(n)) {
+	if n, err := etcLayer(t.TempDir(), "h", sandbox.UID, sandbox.GID, false); err != nil || !leased(filepath.Base(n)) {
 		t.Errorf("a new /etc layer %q (%v) is not collectable", n, err)
 	}
 }

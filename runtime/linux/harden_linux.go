@@ -12,7 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/moat-sandbox/moat/guest"
-	"github.com/moat-sandbox/moat/seccomp"
+	"github.com/moat-sandbox/moat/runtime/linux/seccomp"
+	"github.com/moat-sandbox/moat/sandbox"
 )
 
 // lastCap is the highest capability number any kernel defines today; the
@@ -135,9 +136,9 @@ func applyLandlock(mounts []guest.Mount, s *guest.Setup, abi int) error {
 	if err != nil {
 		return err
 	}
-	rw := []string{"/tmp", homeDir, "/dev/shm"}
+	rw := []string{"/tmp", sandbox.HomeDir, "/dev/shm"}
 	if s.MemoryWorkspace {
-		rw = append(rw, workspaceDir)
+		rw = append(rw, sandbox.WorkspaceDir)
 	}
 	var rwFiles []string
 	for _, m := range mounts {

@@ -91,9 +91,9 @@ func openHostPath(what, p string) (int, *unix.Stat_t, error) {
 // sandbox user, one per distinct host owner, for one sandbox's setup.
 type idmapCache struct {
 	start startFunc
-	// sandboxUID and sandboxGID are host ids of the sandbox user.
-	sandboxUID, sandboxGID uint32
-	fds                    map[[2]uint32]int
+	// hostUID and hostGID are the host ids of the sandbox user.
+	hostUID, hostGID uint32
+	fds              map[[2]uint32]int
 }
 
 func (c *idmapCache) close() {
@@ -120,8 +120,8 @@ func (c *idmapCache) userns(uid, gid uint32) (int, error) {
 	p, err := c.start([]string{"moat", UsernsHoldArg}, []*os.File{r},
 		&syscall.SysProcAttr{
 			Cloneflags:  unix.CLONE_NEWUSER,
-			UidMappings: []syscall.SysProcIDMap{{ContainerID: int(uid), HostID: int(c.sandboxUID), Size: 1}},
-			GidMappings: []syscall.SysProcIDMap{{ContainerID: int(gid), HostID: int(c.sandboxGID), Size: 1}},
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: int(uid), HostID: int(c.hostUID), Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: int(gid), HostID: int(c.hostGID), Size: 1}},
 			Pdeathsig:   syscall.SIGKILL,
 		})
 	if err != nil {
@@ -175,9 +175,9 @@ func openSources(spec *sandbox.Spec) ([]hostSource, error) {
 		return nil
 	}
 	// /workspace is always taken: by -w or by the in-memory workspace.
-	seen := map[string]bool{workspaceDir: true}
+	seen := map[string]bool{sandbox.WorkspaceDir: true}
 	if spec.Workspace != "" {
-		if err := open("workspace", spec.Workspace, workspaceDir, true, true); err != nil {
+		if err := open("workspace", spec.Workspace, sandbox.WorkspaceDir, true, true); err != nil {
 			return fail(err)
 		}
 	}

@@ -49,8 +49,8 @@ var baseDirs = []layerFile{
 	{name: "etc", mode: os.ModeDir | 0o755},
 	{name: "tmp", mode: os.ModeDir | os.ModeSticky | 0o777},
 	{name: "home", mode: os.ModeDir | 0o755},
-	{name: strings.TrimPrefix(homeDir, "/"), mode: os.ModeDir | 0o700, uid: sandboxUID, gid: sandboxGID},
-	{name: strings.TrimPrefix(workspaceDir, "/"), mode: os.ModeDir | 0o755, uid: sandboxUID, gid: sandboxGID},
+	{name: strings.TrimPrefix(sandbox.HomeDir, "/"), mode: os.ModeDir | 0o700, uid: sandbox.UID, gid: sandbox.GID},
+	{name: strings.TrimPrefix(sandbox.WorkspaceDir, "/"), mode: os.ModeDir | 0o755, uid: sandbox.UID, gid: sandbox.GID},
 }
 
 // hostBaseLayer is the bottom layer of a host-template sandbox: the base
@@ -105,13 +105,13 @@ func resolveTemplateUser(templateFD int, user string) (*templateUser, error) {
 
 // swaps reports whether the template layer needs an idmap of its own: its
 // user is not the sandbox user already.
-func (u *templateUser) swaps() bool { return u.uid != sandboxUID || u.gid != sandboxGID }
+func (u *templateUser) swaps() bool { return u.uid != sandbox.UID || u.gid != sandbox.GID }
 
 // seen returns the ids a file stored with uid:gid in the template layer
 // has in the sandbox: the template's user and the sandbox user trade
 // places, every other id stays.
 func (u *templateUser) seen(uid, gid uint32) (uint32, uint32) {
-	return swapID(uid, u.uid, sandboxUID), swapID(gid, u.gid, sandboxGID)
+	return swapID(uid, u.uid, sandbox.UID), swapID(gid, u.gid, sandbox.GID)
 }
 
 func swapID(id, a, b uint32) uint32 {
@@ -160,8 +160,8 @@ func swapUserns(start startFunc, base uint32, u *templateUser) (int, error) {
 	p, err := start([]string{"moat", UsernsHoldArg}, []*os.File{r},
 		&syscall.SysProcAttr{
 			Cloneflags:  unix.CLONE_NEWUSER,
-			UidMappings: swapIDMap(base, u.uid, sandboxUID),
-			GidMappings: swapIDMap(base, u.gid, sandboxGID),
+			UidMappings: swapIDMap(base, u.uid, sandbox.UID),
+			GidMappings: swapIDMap(base, u.gid, sandbox.GID),
 			Pdeathsig:   syscall.SIGKILL,
 		})
 	if err != nil {
@@ -215,9 +215,9 @@ func templateBaseLayer(stateDir string, templateFD int, hostname string, hostDNS
 			etcUID, etcGID = f.uid, f.gid
 		}
 	}
-	ids := etcFiles(hostname, sandboxUID, sandboxGID)
-	ids["passwd"] = withIdentity(u.passwd, ids["passwd"], sandboxUID, 2)
-	ids["group"] = withIdentity(u.group, ids["group"], sandboxGID, 2)
+	ids := etcFiles(hostname, sandbox.UID, sandbox.GID)
+	ids["passwd"] = withIdentity(u.passwd, ids["passwd"], sandbox.UID, 2)
+	ids["group"] = withIdentity(u.group, ids["group"], sandbox.GID, 2)
 	if hostDNS {
 		b, err := os.ReadFile("/etc/resolv.conf")
 		if err != nil {

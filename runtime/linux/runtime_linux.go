@@ -16,8 +16,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/moat-sandbox/moat/guest"
+	"github.com/moat-sandbox/moat/runtime/linux/seccomp"
 	"github.com/moat-sandbox/moat/sandbox"
-	"github.com/moat-sandbox/moat/seccomp"
 )
 
 // Defaults of the runtime.
@@ -32,8 +32,6 @@ const (
 	// DefaultStateDir holds moat's host-side runtime state (uid leases).
 	DefaultStateDir = "/run/moat"
 
-	sandboxUID = 1000
-	sandboxGID = 1000
 	// defaultHostname is a sandbox's hostname when its spec names none.
 	defaultHostname = "sandbox"
 )
@@ -195,7 +193,7 @@ func (r *Runtime) Enforcement() sandbox.Enforcement {
 	return sandbox.Enforcement{
 		Runtime:      "linux",
 		Namespaces:   []string{"user", "mount", "pid", "net", "ipc", "uts", "cgroup"},
-		User:         sandboxUID,
+		User:         sandbox.UID,
 		Seccomp:      r.seccompSummary(),
 		LandlockABI:  min(r.landlock, 7),
 		NoNewPrivs:   true,
@@ -331,7 +329,7 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 	}
 	workdir := spec.Workdir
 	if workdir == "" {
-		workdir = workspaceDir
+		workdir = sandbox.WorkspaceDir
 	}
 	if !filepath.IsAbs(workdir) {
 		return nil, fmt.Errorf("%w: workdir %q is not absolute", sandbox.ErrInvalidSpec, workdir)
@@ -369,7 +367,7 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 		}
 	}
 
-	ids := &idmapCache{start: r.startChild, sandboxUID: base + sandboxUID, sandboxGID: base + sandboxGID}
+	ids := &idmapCache{start: r.startChild, hostUID: base + sandbox.UID, hostGID: base + sandbox.GID}
 	defer ids.close()
 	trees, err := mountTrees(srcs, ids)
 	if err != nil {
@@ -511,8 +509,8 @@ func (r *Runtime) create(ctx context.Context, spec *sandbox.Spec, oneShot bool) 
 		Layers:          len(layerFDs),
 		Seccomp:         prep.seccomp,
 		DiskBytes:       limits.DiskBytes,
-		UID:             sandboxUID,
-		GID:             sandboxGID,
+		UID:             sandbox.UID,
+		GID:             sandbox.GID,
 		MemoryWorkspace: spec.Workspace == "",
 		LandlockABI:     r.landlock,
 		OneShot:         oneShot,
@@ -638,7 +636,7 @@ func (r *Runtime) prepare(q prepRequest) *prepared {
 	perHost := q.hostname != defaultHostname
 	if q.root.Host {
 		l, err := leaseLayer(perHost, func() (string, error) {
-			return etcLayer(r.stateDir, q.hostname, sandboxUID, sandboxGID, hostDNS)
+			return etcLayer(r.stateDir, q.hostname, sandbox.UID, sandbox.GID, hostDNS)
 		})
 		if err != nil {
 			return fail("etc layer", err)
@@ -742,7 +740,7 @@ func rootDescription(root *sandbox.RootFS, upperBytes int64) string {
 		if user == "" {
 			user = "root"
 		}
-		d += fmt.Sprintf("; writable root (the template's user %q owns as uid %d; not /dev, /proc, read-only binds)", user, sandboxUID)
+		d += fmt.Sprintf("; writable root (the template's user %q owns as uid %d; not /dev, /proc, read-only binds)", user, sandbox.UID)
 	}
 	return d
 }
@@ -752,7 +750,7 @@ func rootDescription(root *sandbox.RootFS, upperBytes int64) string {
 func defaultEnv() []string {
 	return []string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOME=" + homeDir,
+		"HOME=" + sandbox.HomeDir,
 		"TMPDIR=/tmp",
 		"USER=sandbox",
 		"LOGNAME=sandbox",

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/moat-sandbox/moat/guest"
+	"github.com/moat-sandbox/moat/sandbox"
 )
 
 // TestRootWriteRules: every entry of the root gets a rule but the excluded
@@ -62,7 +63,7 @@ func TestSwapIDMap(t *testing.T) {
 		return 0, false
 	}
 	for _, u := range []uint32{0, 1, 999, 1000, 1001, 65534, 65535} {
-		m := swapIDMap(base, u, sandboxUID)
+		m := swapIDMap(base, u, sandbox.UID)
 		if len(m) > 5 {
 			t.Fatalf("user %d: %d ranges", u, len(m))
 		}
@@ -76,8 +77,8 @@ func TestSwapIDMap(t *testing.T) {
 			want := base + id
 			switch id {
 			case u:
-				want = base + sandboxUID
-			case sandboxUID:
+				want = base + sandbox.UID
+			case sandbox.UID:
 				want = base + u
 			}
 			if h != want {
@@ -86,13 +87,13 @@ func TestSwapIDMap(t *testing.T) {
 		}
 	}
 	tu := &templateUser{uid: 0, gid: 0}
-	if u, g := tu.seen(0, 0); u != sandboxUID || g != sandboxGID || !tu.swaps() {
+	if u, g := tu.seen(0, 0); u != sandbox.UID || g != sandbox.GID || !tu.swaps() {
 		t.Errorf("root's files appear as %d:%d", u, g)
 	}
 	if u, g := tu.seen(500, 1000); u != 500 || g != 0 {
 		t.Errorf("500:1000 appears as %d:%d", u, g)
 	}
-	if (&templateUser{uid: sandboxUID, gid: sandboxGID}).swaps() {
+	if (&templateUser{uid: sandbox.UID, gid: sandbox.GID}).swaps() {
 		t.Error("a template whose user is 1000:1000 needs an idmap of its own")
 	}
 }

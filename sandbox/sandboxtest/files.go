@@ -60,9 +60,9 @@ func newMemFS(hostname string) *memFS {
 	root.kids["proc"].noAccess = true
 	add("/usr/bin", newDir(0o755, true))
 	add("/home", newDir(0o755, true))
-	add("/home/user", newDir(0o755, false))
+	add(sandbox.HomeDir, newDir(0o755, false))
 	add("/tmp", newDir(0o1777, false))
-	add("/workspace", newDir(0o755, false))
+	add(sandbox.WorkspaceDir, newDir(0o755, false))
 	now := time.Now()
 	add("/etc/hostname", &node{typ: "file", data: []byte(hostname + "\n"), mode: 0o644, mtime: now, ro: true})
 	add("/etc/passwd", &node{typ: "file", data: []byte("root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000:user:/home/user:/bin/sh\n"), mode: 0o644, mtime: now, ro: true})

@@ -92,7 +92,7 @@ func (r *Runtime) Create(ctx context.Context, spec *sandbox.Spec) (sandbox.Sandb
 	s := &Sandbox{r: r, id: fmt.Sprintf("sb-%016x", rand.Uint64()), fs: newMemFS(host), hostname: host,
 		workdir: spec.Workdir, env: spec.Env, done: make(chan struct{})}
 	if s.workdir == "" {
-		s.workdir = "/workspace"
+		s.workdir = sandbox.WorkspaceDir
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.enf = r.Enforcement()

@@ -1,4 +1,4 @@
-package rootfs
+package templates
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package rootfs_test
+package templates_test
 
 import (
 	"context"
@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/moat-sandbox/moat/internal/testutil"
-	"github.com/moat-sandbox/moat/rootfs"
 	"github.com/moat-sandbox/moat/sandbox"
+	"github.com/moat-sandbox/moat/templates"
 )
 
 // busyboxRoot builds a minimal root: the static busybox and links to it.
@@ -49,7 +49,7 @@ func busyboxRoot(t *testing.T) string {
 func TestTemplateFromDirectory(t *testing.T) {
 	e := newEnv(t)
 	src := busyboxRoot(t)
-	tm, err := e.st.Import(context.Background(), rootfs.ImportRequest{Name: "bb", Kind: rootfs.SourceDir, Path: src,
+	tm, err := e.st.Import(context.Background(), templates.ImportRequest{Name: "bb", Kind: templates.SourceDir, Path: src,
 		Env: []string{"GREETING=hi"}, Workdir: "/app"})
 	if err != nil {
 		t.Fatal(err)
@@ -58,11 +58,11 @@ func TestTemplateFromDirectory(t *testing.T) {
 		t.Fatalf("template: %+v", tm)
 	}
 	// Same content, another name: one layer.
-	tm2, err := e.st.Import(context.Background(), rootfs.ImportRequest{Name: "bb2", Kind: rootfs.SourceDir, Path: src})
+	tm2, err := e.st.Import(context.Background(), templates.ImportRequest{Name: "bb2", Kind: templates.SourceDir, Path: src})
 	if err != nil || tm2.Layer != tm.Layer {
 		t.Fatalf("second import: %v %+v", err, tm2)
 	}
-	if _, err := e.st.Import(context.Background(), rootfs.ImportRequest{Name: "bb", Kind: rootfs.SourceDir, Path: src}); !errors.Is(err, rootfs.ErrExists) {
+	if _, err := e.st.Import(context.Background(), templates.ImportRequest{Name: "bb", Kind: templates.SourceDir, Path: src}); !errors.Is(err, templates.ErrExists) {
 		t.Fatalf("import over an existing name: %v", err)
 	}
 	root := e.st.Root(tm)
@@ -96,7 +96,7 @@ func TestTemplateFromDirectory(t *testing.T) {
 		t.Fatalf("the template's passwd changed: %q %v", b, err)
 	}
 	// In use: the layer stays; one name goes, the other keeps the layer.
-	if err := e.st.RemoveTemplate("bb"); !errors.Is(err, rootfs.ErrInUse) {
+	if err := e.st.RemoveTemplate("bb"); !errors.Is(err, templates.ErrInUse) {
 		t.Fatalf("remove in use: %v", err)
 	}
 	_ = sb.Shutdown(context.Background())
@@ -112,7 +112,7 @@ func TestTemplateFromDirectory(t *testing.T) {
 	if _, err := os.Stat(layer); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("layer kept after its last template: %v", err)
 	}
-	if err := e.st.RemoveTemplate(rootfs.HostTemplate); !errors.Is(err, rootfs.ErrInvalid) {
+	if err := e.st.RemoveTemplate(templates.HostTemplate); !errors.Is(err, templates.ErrInvalid) {
 		t.Fatalf("remove host: %v", err)
 	}
 }
@@ -121,12 +121,12 @@ func TestTemplateFromDirectory(t *testing.T) {
 // layer and no work directory.
 func TestImportFailureLeavesNothing(t *testing.T) {
 	e := newEnv(t)
-	for _, req := range []rootfs.ImportRequest{
-		{Name: "Bad Name", Kind: rootfs.SourceDir, Path: "/usr"},
-		{Name: "host", Kind: rootfs.SourceDir, Path: "/usr"},
-		{Name: "x", Kind: rootfs.SourceDir, Path: "/nonexistent"},
+	for _, req := range []templates.ImportRequest{
+		{Name: "Bad Name", Kind: templates.SourceDir, Path: "/usr"},
+		{Name: "host", Kind: templates.SourceDir, Path: "/usr"},
+		{Name: "x", Kind: templates.SourceDir, Path: "/nonexistent"},
 		{Name: "y", Kind: "zip", Path: "/usr"},
-		{Name: "z", Kind: rootfs.SourceOCI, Path: "/etc/hostname"},
+		{Name: "z", Kind: templates.SourceOCI, Path: "/etc/hostname"},
 	} {
 		if _, err := e.st.Import(context.Background(), req); err == nil {
 			t.Errorf("%+v: imported", req)

@@ -13,13 +13,13 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/api"
-	"github.com/moat-sandbox/moat/rootfs"
 	"github.com/moat-sandbox/moat/sandbox"
+	"github.com/moat-sandbox/moat/templates"
 )
 
 func withLayers(t *testing.T) func(*Config) {
 	return func(c *Config) {
-		st, err := rootfs.Open(filepath.Join(t.TempDir(), "store"))
+		st, err := templates.Open(filepath.Join(t.TempDir(), "store"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package rootfs_test
+package templates_test
 
 import (
 	"context"
@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/internal/testutil"
-	"github.com/moat-sandbox/moat/rootfs"
 	"github.com/moat-sandbox/moat/runtime/linux"
 	"github.com/moat-sandbox/moat/sandbox"
+	"github.com/moat-sandbox/moat/templates"
 )
 
 func TestMain(m *testing.M) {
@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 type env struct {
 	t  *testing.T
 	rt *linux.Runtime
-	st *rootfs.Store
+	st *templates.Store
 }
 
 func newEnv(t *testing.T) *env {
@@ -34,7 +34,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		testutil.SkipOrFail(t, err.Error())
 	}
-	st, err := rootfs.Open(filepath.Join(t.TempDir(), "store"))
+	st, err := templates.Open(filepath.Join(t.TempDir(), "store"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,16 +70,16 @@ func sh(t *testing.T, sb sandbox.Sandbox, script string) string {
 // type, mode, owner, size, link target and content hash.
 const listing = `cd / && find workspace home/sandbox tmp -printf '%p %y %m %u:%g %l\n' | sort && find workspace home/sandbox tmp -type f -exec md5sum {} + | sort`
 
-func (e *env) capture(sb sandbox.Sandbox, l *rootfs.Lineage) *rootfs.Snapshot {
+func (e *env) capture(sb sandbox.Sandbox, l *templates.Lineage) *templates.Snapshot {
 	e.t.Helper()
-	sn, err := e.st.Capture(context.Background(), sb.(sandbox.Capturer), l, rootfs.CaptureInfo{Sandbox: sb.ID(), Tenant: "t"})
+	sn, err := e.st.Capture(context.Background(), sb.(sandbox.Capturer), l, templates.CaptureInfo{Sandbox: sb.ID(), Tenant: "t"})
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	return sn
 }
 
-func (e *env) fork(sn *rootfs.Snapshot) sandbox.Sandbox {
+func (e *env) fork(sn *templates.Snapshot) sandbox.Sandbox {
 	e.t.Helper()
 	root, err := e.st.SnapshotRoot(sn)
 	if err != nil {
@@ -88,8 +88,8 @@ func (e *env) fork(sn *rootfs.Snapshot) sandbox.Sandbox {
 	return e.create(root)
 }
 
-func hostTemplate(e *env) *rootfs.Template {
-	t, err := e.st.Template(rootfs.HostTemplate)
+func hostTemplate(e *env) *templates.Template {
+	t, err := e.st.Template(templates.HostTemplate)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestRollbackExact(t *testing.T) {
 	e := newEnv(t)
 	tmpl := hostTemplate(e)
 	sb := e.create(e.st.Root(tmpl))
-	l := rootfs.NewLineage(tmpl, nil)
+	l := templates.NewLineage(tmpl, nil)
 	sh(t, sb, `cd /workspace && mkdir -p d/e keep && echo one > a && echo two > b && echo deep > d/e/f &&
 		ln -s a link && echo secret > p && chmod 600 p && echo x > keep/x && mkfifo fifo 2>/dev/null; rm -f fifo;
 		echo home > /home/sandbox/.rc && echo t > /tmp/t`)
@@ -130,7 +130,7 @@ func TestRollbackExact(t *testing.T) {
 	sh(t, sb, `cd /workspace && rm -rf * && echo later > later`)
 
 	for _, c := range []struct {
-		sn   *rootfs.Snapshot
+		sn   *templates.Snapshot
 		want string
 	}{{s1, want1}, {s2, want2}} {
 		got := sh(t, e.fork(c.sn), listing)
@@ -151,7 +151,7 @@ func TestForkIndependent(t *testing.T) {
 	tmpl := hostTemplate(e)
 	parent := e.create(e.st.Root(tmpl))
 	sh(t, parent, "echo base > /workspace/f")
-	sn := e.capture(parent, rootfs.NewLineage(tmpl, nil))
+	sn := e.capture(parent, templates.NewLineage(tmpl, nil))
 	a, b := e.fork(sn), e.fork(sn)
 	sh(t, a, "echo a > /workspace/f && echo a > /workspace/only-a")
 	sh(t, parent, "echo parent > /workspace/f")
@@ -165,7 +165,7 @@ func TestForkIndependent(t *testing.T) {
 		t.Errorf("parent sees %q", got)
 	}
 	// A snapshot in use cannot be removed; once its sandboxes are gone it can.
-	if err := e.st.RemoveSnapshot(sn.ID); !errors.Is(err, rootfs.ErrInUse) {
+	if err := e.st.RemoveSnapshot(sn.ID); !errors.Is(err, templates.ErrInUse) {
 		t.Fatalf("remove in use: %v", err)
 	}
 	for _, sb := range []sandbox.Sandbox{a, b} {
@@ -174,7 +174,7 @@ func TestForkIndependent(t *testing.T) {
 	if err := e.st.RemoveSnapshot(sn.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.st.Snapshot(sn.ID); !errors.Is(err, rootfs.ErrNotFound) {
+	if _, err := e.st.Snapshot(sn.ID); !errors.Is(err, templates.ErrNotFound) {
 		t.Fatalf("removed snapshot still there: %v", err)
 	}
 }
@@ -194,7 +194,7 @@ func TestRestoreNotSteeredBySymlinks(t *testing.T) {
 	tmpl := hostTemplate(e)
 	sb := e.create(e.st.Root(tmpl))
 	sh(t, sb, "cd /workspace && ln -s "+outside+" out && ln -s / root && ln -s /proc/1/root init && ln -s "+sentinel+" sentinel && mkdir -p sub && ln -s ../../.. sub/up")
-	sn := e.capture(sb, rootfs.NewLineage(tmpl, nil))
+	sn := e.capture(sb, templates.NewLineage(tmpl, nil))
 	layer := filepath.Join(e.st.Dir(), "layers", strings.TrimPrefix(sn.Layer, "sha256:"), "workspace")
 	for _, name := range []string{"out", "root", "init", "sentinel", "sub/up"} {
 		fi, err := os.Lstat(filepath.Join(layer, name))
@@ -232,7 +232,7 @@ func TestCaptureAfterShutdown(t *testing.T) {
 	tmpl := hostTemplate(e)
 	sb := e.create(e.st.Root(tmpl))
 	_ = sb.Shutdown(context.Background())
-	_, err := e.st.Capture(context.Background(), sb.(sandbox.Capturer), rootfs.NewLineage(tmpl, nil), rootfs.CaptureInfo{})
+	_, err := e.st.Capture(context.Background(), sb.(sandbox.Capturer), templates.NewLineage(tmpl, nil), templates.CaptureInfo{})
 	if !errors.Is(err, sandbox.ErrClosed) {
 		t.Fatalf("capture after shutdown: %v", err)
 	}
@@ -250,9 +250,9 @@ func TestCaptureQuota(t *testing.T) {
 	e := newEnv(t)
 	tmpl := hostTemplate(e)
 	sb := e.create(e.st.Root(tmpl))
-	l := rootfs.NewLineage(tmpl, nil)
+	l := templates.NewLineage(tmpl, nil)
 	sh(t, sb, `head -c 1M /dev/urandom > /workspace/a && truncate -s 1G /workspace/holes`)
-	info := rootfs.CaptureInfo{Sandbox: sb.ID(), Tenant: "t", Quota: 2 << 20}
+	info := templates.CaptureInfo{Sandbox: sb.ID(), Tenant: "t", Quota: 2 << 20}
 	s1, err := e.st.Capture(context.Background(), sb.(sandbox.Capturer), l, info)
 	if err != nil {
 		t.Fatalf("1 MiB of data and 1 GiB of holes under a 2 MiB quota: %v", err)
@@ -283,7 +283,7 @@ func TestCaptureQuota(t *testing.T) {
 	}{{"over", 2 << 20, "needs more than the"}, {"used up", used, "quota is used up"}} {
 		info.Quota = c.quota
 		_, err := e.st.Capture(context.Background(), sb.(sandbox.Capturer), l, info)
-		if !errors.Is(err, rootfs.ErrQuota) || !strings.Contains(err.Error(), c.want) {
+		if !errors.Is(err, templates.ErrQuota) || !strings.Contains(err.Error(), c.want) {
 			t.Fatalf("%s: %v, want ErrQuota saying %q", c.name, err, c.want)
 		}
 		if after := listStore(); strings.Join(after, " ") != strings.Join(before, " ") {

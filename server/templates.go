@@ -10,8 +10,8 @@ import (
 	"github.com/moat-sandbox/moat/api"
 	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/fstree"
-	"github.com/moat-sandbox/moat/rootfs"
 	"github.com/moat-sandbox/moat/sandbox"
+	"github.com/moat-sandbox/moat/templates"
 )
 
 // MaxFork caps the sandboxes of one snapshot.fork.
@@ -27,13 +27,13 @@ func rootfsError(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, rootfs.ErrNotFound):
+	case errors.Is(err, templates.ErrNotFound):
 		return api.Errorf(api.CodeNotFound, "%v", err)
-	case errors.Is(err, rootfs.ErrInUse), errors.Is(err, rootfs.ErrExists):
+	case errors.Is(err, templates.ErrInUse), errors.Is(err, templates.ErrExists):
 		return api.Errorf(api.CodeConflict, "%v", err)
-	case errors.Is(err, rootfs.ErrInvalid):
+	case errors.Is(err, templates.ErrInvalid):
 		return api.Errorf(api.CodeInvalidArgument, "%v", err)
-	case errors.Is(err, rootfs.ErrQuota): // before ErrLimit, which it may wrap
+	case errors.Is(err, templates.ErrQuota): // before ErrLimit, which it may wrap
 		return api.Errorf(api.CodeStorage, "%v", err)
 	case errors.Is(err, fstree.ErrLimit):
 		return api.Errorf(api.CodeTooLarge, "%v", err)
@@ -45,13 +45,13 @@ func rootfsError(err error) error {
 
 // resolveRoot finds the template (or the caller's snapshot) a sandbox
 // starts from and the root filesystem that makes.
-func (s *Service) resolveRoot(c Caller, template, snapshot string) (*rootfs.Template, *rootfs.Snapshot, *sandbox.RootFS, error) {
+func (s *Service) resolveRoot(c Caller, template, snapshot string) (*templates.Template, *templates.Snapshot, *sandbox.RootFS, error) {
 	st := s.cfg.Layers
 	if st == nil {
-		if (template != "" && template != rootfs.HostTemplate) || snapshot != "" {
+		if (template != "" && template != templates.HostTemplate) || snapshot != "" {
 			return nil, nil, nil, errNoLayers()
 		}
-		return rootfs.Host(), nil, nil, nil
+		return templates.Host(), nil, nil, nil
 	}
 	if snapshot != "" {
 		sn, err := s.tenantSnapshot(c, snapshot)
@@ -80,7 +80,7 @@ func (s *Service) resolveRoot(c Caller, template, snapshot string) (*rootfs.Temp
 
 // tenantSnapshot returns the caller's snapshot id; another tenant's is
 // reported exactly like a missing one.
-func (s *Service) tenantSnapshot(c Caller, id string) (*rootfs.Snapshot, error) {
+func (s *Service) tenantSnapshot(c Caller, id string) (*templates.Snapshot, error) {
 	if s.cfg.Layers == nil {
 		return nil, errNoLayers()
 	}
@@ -94,7 +94,7 @@ func (s *Service) tenantSnapshot(c Caller, id string) (*rootfs.Snapshot, error) 
 	return sn, nil
 }
 
-func apiSnapshot(sn *rootfs.Snapshot) api.Snapshot {
+func apiSnapshot(sn *templates.Snapshot) api.Snapshot {
 	return api.Snapshot{ID: sn.ID, Parent: sn.Parent, Template: sn.Template, Sandbox: sn.Sandbox, Created: sn.Created,
 		Bytes: sn.Bytes, DiskBytes: sn.DiskBytes, Entries: sn.Entries, Whiteouts: sn.Whiteouts, Depth: sn.Depth, Processes: sn.Processes}
 }
@@ -103,7 +103,7 @@ func (s *Service) listTemplates(ctx context.Context, c Caller, in *input) (any, 
 	if _, err := decode[api.ListTemplates](in); err != nil {
 		return nil, err
 	}
-	ts := []*rootfs.Template{rootfs.Host()}
+	ts := []*templates.Template{templates.Host()}
 	if s.cfg.Layers != nil {
 		var err error
 		if ts, err = s.cfg.Layers.Templates(); err != nil {
@@ -142,10 +142,10 @@ func (s *Service) createSnapshot(ctx context.Context, c Caller, in *input) (any,
 	m.rootMu.Lock()
 	defer m.rootMu.Unlock()
 	start := time.Now()
-	sn, err := s.cfg.Layers.Capture(ctx, capt, m.lineage, rootfs.CaptureInfo{
+	sn, err := s.cfg.Layers.Capture(ctx, capt, m.lineage, templates.CaptureInfo{
 		Sandbox: m.info.ID, Tenant: m.tenant, Processes: s.processState(ctx), Quota: s.cfg.SnapshotQuota})
 	if err != nil {
-		if errors.Is(err, rootfs.ErrQuota) {
+		if errors.Is(err, templates.ErrQuota) {
 			s.metrics.denied("snapshot_quota")
 		}
 		return nil, rootfsError(err)
@@ -168,7 +168,7 @@ func writableBinds(spec *sandbox.Spec) bool {
 
 // processState is the snapshots' Processes field, found once.
 func (s *Service) processState(ctx context.Context) string {
-	s.criuOnce.Do(func() { s.criu = rootfs.ProcessState(ctx) })
+	s.criuOnce.Do(func() { s.criu = templates.ProcessState(ctx) })
 	return s.criu
 }
 
@@ -188,14 +188,14 @@ func (s *Service) listSnapshots(ctx context.Context, c Caller, in *input) (any, 
 	for _, sn := range all {
 		if sn.Tenant == c.Tenant {
 			out.Snapshots = append(out.Snapshots, apiSnapshot(sn))
-			out.StoreBytes += sn.Cost() // as the quota counts (see rootfs.Store.TenantUsage)
+			out.StoreBytes += sn.Cost() // as the quota counts (see templates.Store.TenantUsage)
 		}
 	}
 	return &out, nil
 }
 
 // snapshotRef decodes a SnapshotRef and finds the caller's snapshot.
-func (s *Service) snapshotRef(c Caller, in *input) (*rootfs.Snapshot, error) {
+func (s *Service) snapshotRef(c Caller, in *input) (*templates.Snapshot, error) {
 	req, err := decode[api.SnapshotRef](in)
 	if err != nil {
 		return nil, err
@@ -274,14 +274,14 @@ func (s *Service) restoreSandbox(ctx context.Context, c Caller, in *input) (any,
 	oldProcs := m.procs
 	m.procs = map[uint64]*proc{}
 	m.mu.Unlock()
-	m.lineage = rootfs.NewLineage(tmpl, sn)
+	m.lineage = templates.NewLineage(tmpl, sn)
 	// Every process of the old instance ends with it; their records go
 	// (the new instance numbers its processes afresh).
 	_ = old.Shutdown(context.WithoutCancel(ctx))
 	for _, p := range oldProcs {
 		<-p.done
 	}
-	info := m.snapshot()
+	info := m.view()
 	return &info, nil
 }
 

@@ -1,4 +1,4 @@
-// Package rootfs stores the read-only root filesystems sandboxes start
+// Package templates stores the read-only root filesystems sandboxes start
 // from: templates (a root imported from a directory or an OCI image, with
 // defaults) and snapshots (a sandbox's filesystem changes, layered on the
 // snapshot or template it started from). Both are layers: immutable
@@ -18,7 +18,7 @@
 // written by rename, mutations take the store lock, and a layer in use by a
 // live sandbox carries a shared flock(2) (taken by the runtime) that
 // removal must break first, so nothing in use is ever removed.
-package rootfs
+package templates
 
 import (
 	"encoding/json"

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package rootfs
+package templates
 
 import (
 	"errors"
