@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/moat-sandbox/moat/enforce"
 	"github.com/moat-sandbox/moat/netproxy"
 	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/policy/compile"
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
@@ -198,7 +198,7 @@ func TestCompile(t *testing.T) {
 	bad := &sandbox.Spec{Workspace: h.ws, Binds: []sandbox.Bind{{Source: h.home + "/.ssh", Target: "/ssh"}}}
 	eff = h.load(t, bad, nil).Current()
 	_, _, err = Compile(eff, bad, nil)
-	var de *enforce.DeniedError
+	var de *compile.DeniedError
 	if !errors.As(err, &de) || !strings.Contains(de.What, ".ssh") {
 		t.Errorf("bind of ~/.ssh: %v", err)
 	}
@@ -286,7 +286,7 @@ func TestAttach(t *testing.T) {
 		t.Errorf("mode none: %v %+v", ep, spec.Network)
 	}
 	eff := h.load(t, spec, []string{"a.test"}).Current()
-	np := &enforce.NetPolicy{Current: func() *policy.Effective { return eff }}
+	np := &compile.NetPolicy{Current: func() *policy.Effective { return eff }}
 	ep := Attach(spec, sandbox.NetProxy, netproxy.New(netproxy.Config{}), np)
 	if ep == nil || spec.Network.Mode != sandbox.NetProxy || spec.Network.Egress != ep {
 		t.Fatalf("mode proxy: %v %+v", ep, spec.Network)

@@ -12,11 +12,11 @@
 //     create's or an exec's policy) and Narrow adds them, which can only
 //     narrow; DenyRules makes deny rules of a network denylist.
 //   - Decide decides a request (an exec's argv or shell line, a path).
-//   - Compile compiles the allowed policy into the spec (enforce.Compile):
+//   - Compile compiles the allowed policy into the spec (compile.Policy):
 //     binds, hidden, read-only and pinned paths.
 //   - ParseNetwork, ListsFit, PermitOpen and BoundAllow check the network
 //     a caller asks for; Attach puts it into the spec, with an endpoint of
-//     the egress proxy deciding with an enforce.NetPolicy for mode proxy.
+//     the egress proxy deciding with an compile.NetPolicy for mode proxy.
 //
 // What stays in each front door is its own: the flags, the terminal's ask
 // prompt and the printing for moat run; approvals, audit events, metrics

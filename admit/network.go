@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/moat-sandbox/moat/enforce"
 	"github.com/moat-sandbox/moat/netproxy"
 	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/policy/compile"
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
@@ -145,7 +145,7 @@ func BoundAllow(eff *policy.Effective, allow []string) (kept []string, dropped [
 // endpoint of px that decides every connection with np, the spec's
 // egress, and returns it (nil for the other modes, where px may be nil);
 // closing it is the caller's.
-func Attach(spec *sandbox.Spec, mode sandbox.NetMode, px *netproxy.Proxy, np *enforce.NetPolicy) *netproxy.Endpoint {
+func Attach(spec *sandbox.Spec, mode sandbox.NetMode, px *netproxy.Proxy, np *compile.NetPolicy) *netproxy.Endpoint {
 	spec.Network = sandbox.Network{Mode: mode}
 	if mode != sandbox.NetProxy {
 		return nil

@@ -3,8 +3,8 @@ package admit
 import (
 	"path"
 
-	"github.com/moat-sandbox/moat/enforce"
 	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/policy/compile"
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
@@ -71,7 +71,7 @@ func (e *LoadError) Unwrap() error { return e.Err }
 // the daemon adds a sandbox's with WithNetAllow instead, so that
 // sandbox.network can replace it). An invalid file is a *LoadError.
 func (l Layers) Load(spec *sandbox.Spec, netAllow []string) (*Policy, error) {
-	pc := enforce.Context(spec, l.Home)
+	pc := compile.Context(spec, l.Home)
 	pc.NetAllow = netAllow
 	src := l.Sources(spec)
 	w, err := policy.NewWatcher(pc, src)
@@ -136,11 +136,11 @@ func Decide(eff *policy.Effective, call *policy.File, req policy.Request) (polic
 	return eff.Decide(req), nil
 }
 
-// Compile compiles eff into a copy of spec (enforce.Compile): the binds,
+// Compile compiles eff into a copy of spec (compile.Compile): the binds,
 // hidden, read-only and pinned paths the kernel enforces, and a report of
 // what only the engine does. hide are host paths hidden whatever the
 // policy says (the daemon's data directory). A bind the policy refuses is
-// an *enforce.DeniedError.
-func Compile(eff *policy.Effective, spec *sandbox.Spec, hide []string) (*sandbox.Spec, *enforce.Report, error) {
-	return enforce.Compile(eff, spec, enforce.Options{Hide: hide})
+// an *compile.DeniedError.
+func Compile(eff *policy.Effective, spec *sandbox.Spec, hide []string) (*sandbox.Spec, *compile.Report, error) {
+	return compile.Policy(eff, spec, compile.Options{Hide: hide})
 }

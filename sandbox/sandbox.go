@@ -27,7 +27,7 @@ type Spec struct {
 	Limits Limits `json:"limits"`
 	// Restrict narrows paths of the sandbox's view once the workspace and
 	// binds are in place: the policy's deny-read and read-only lists,
-	// compiled by package enforce. Applied parents first, before any
+	// compiled by package policy/compile. Applied parents first, before any
 	// process of the sandbox runs; the outcome is reported in
 	// Enforcement.Restricted and Enforcement.RestrictSkipped.
 	Restrict []Restriction `json:"restrict,omitempty"`

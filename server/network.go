@@ -14,9 +14,9 @@ import (
 	"github.com/moat-sandbox/moat/admit"
 	"github.com/moat-sandbox/moat/api"
 	"github.com/moat-sandbox/moat/audit"
-	"github.com/moat-sandbox/moat/enforce"
 	"github.com/moat-sandbox/moat/netproxy"
 	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/policy/compile"
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
@@ -136,7 +136,7 @@ func (s *Service) attachNetwork(mode sandbox.NetMode, pol *sandboxPolicy, spec *
 		return nil, nil
 	}
 	b := &netBinding{}
-	b.ep = admit.Attach(spec, mode, s.proxy, &enforce.NetPolicy{
+	b.ep = admit.Attach(spec, mode, s.proxy, &compile.NetPolicy{
 		Current: func() *policy.Effective {
 			id := ""
 			if m := b.get(); m != nil {

@@ -14,8 +14,8 @@ import (
 	"github.com/moat-sandbox/moat/admit"
 	"github.com/moat-sandbox/moat/api"
 	"github.com/moat-sandbox/moat/audit"
-	"github.com/moat-sandbox/moat/enforce"
 	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/policy/compile"
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
@@ -37,7 +37,7 @@ import (
 type sandboxPolicy struct {
 	watcher *policy.Watcher
 	rules   *policy.File // the sandbox's own rules, or nil
-	view    *enforce.View
+	view    *compile.View
 	report  *api.SandboxPolicy
 
 	mu   sync.Mutex
@@ -192,7 +192,7 @@ func (s *Service) loadPolicy(req *api.CreateSandbox, spec *sandbox.Spec, nr *net
 	sp.base, sp.eff = base, eff
 	out, rep, err := admit.Compile(eff, spec, s.cfg.HidePaths)
 	if err != nil {
-		var de *enforce.DeniedError
+		var de *compile.DeniedError
 		if errors.As(err, &de) {
 			return nil, nil, deniedError(de.Decision, de.What+": "+de.Decision.Reason, "")
 		}
@@ -205,7 +205,7 @@ func (s *Service) loadPolicy(req *api.CreateSandbox, spec *sandbox.Spec, nr *net
 			report.Files = append(report.Files, f.Layer.String()+" "+f.Path)
 		}
 	}
-	sp.view, sp.report = enforce.NewView(out), report
+	sp.view, sp.report = compile.NewView(out), report
 	return sp, out, nil
 }
 

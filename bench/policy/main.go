@@ -19,9 +19,9 @@ import (
 
 	"github.com/moat-sandbox/moat/bench/internal/machine"
 	"github.com/moat-sandbox/moat/bench/internal/stats"
-	"github.com/moat-sandbox/moat/enforce"
 	"github.com/moat-sandbox/moat/internal/policyset"
 	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/policy/compile"
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
@@ -45,7 +45,7 @@ type report struct {
 	Spec []specRow `json:"spec"`
 }
 
-// specRow is enforce.Compile for one workspace.
+// specRow is compile.Compile for one workspace.
 type specRow struct {
 	Workspace string        `json:"workspace"`
 	Entries   int           `json:"entries"`
@@ -133,7 +133,7 @@ func run(rounds int) (*report, error) {
 
 // specCompile builds a workspace of dirs×dirs/4 directories holding files
 // files each, a .git with objects, config and no hooks, a few credential
-// files and rc files, and times enforce.Compile of the 100-rule policy
+// files and rc files, and times compile.Compile of the 100-rule policy
 // for it (hooks created on the first run, as moat run would).
 func specCompile(name string, dirs, files int) (*specRow, error) {
 	ws, err := os.MkdirTemp("", "moat-bench-ws-")
@@ -173,7 +173,7 @@ func specCompile(name string, dirs, files int) (*specRow, error) {
 		return nil, err
 	}
 	spec := &sandbox.Spec{Workspace: ws}
-	eff, err := policy.Compile(enforce.Context(spec, ws+"-home"), fs...)
+	eff, err := policy.Compile(compile.Context(spec, ws+"-home"), fs...)
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +181,7 @@ func specCompile(name string, dirs, files int) (*specRow, error) {
 	var samples []float64
 	for range 30 {
 		t := time.Now()
-		out, rep, err := enforce.Compile(eff, spec, enforce.Options{})
+		out, rep, err := compile.Policy(eff, spec, compile.Options{})
 		samples = append(samples, micros(time.Since(t)))
 		if err != nil {
 			return nil, err
@@ -209,7 +209,7 @@ func markdown(r *report) string {
 	}
 	line(&b, r.Mix)
 	fmt.Fprintf(&b, "\nCompiling the policy (parse and compile the three layers): p50 %.0f µs, p95 %.0f µs (50 runs).\n", r.Compile.P50, r.Compile.P95)
-	b.WriteString("\nCompiling the policy into a sandbox spec (`enforce.Compile`: search the bound workspace for protected and credential files, " +
+	b.WriteString("\nCompiling the policy into a sandbox spec (`compile.Compile`: search the bound workspace for protected and credential files, " +
 		"untrusted profile, 30 runs each; the walk budget is 5,000 entries, breadth first; `.git/objects` is not searched):\n\n" +
 		"| workspace | entries | searched | restrictions | p50 µs | p95 µs |\n|---|--:|--:|--:|--:|--:|\n")
 	for _, x := range r.Spec {

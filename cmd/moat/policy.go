@@ -12,8 +12,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/moat-sandbox/moat/display"
-	"github.com/moat-sandbox/moat/enforce"
 	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/policy/compile"
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
@@ -194,14 +194,14 @@ func policyExplain(w io.Writer, f *policyFlags, args []string) error {
 	}
 	ex := eff.Explain(reqs...)
 	// What a sandbox for this workspace would get from the kernel.
-	_, rep, err := enforce.Compile(eff, &sandbox.Spec{Workspace: c.Workspace}, enforce.Options{DryRun: true})
+	_, rep, err := compile.Policy(eff, &sandbox.Spec{Workspace: c.Workspace}, compile.Options{DryRun: true})
 	if err != nil {
 		return err
 	}
 	if f.json {
 		return printJSONTo(w, struct {
 			*policy.Explanation
-			Sandbox *enforce.Report `json:"sandbox"`
+			Sandbox *compile.Report `json:"sandbox"`
 		}{ex, rep})
 	}
 	printExplanation(w, ex)
@@ -212,7 +212,7 @@ func policyExplain(w io.Writer, f *policyFlags, args []string) error {
 // printKernel shows what the policy compiles into a sandbox of the
 // workspace: the binds, the restricted paths and what stays unenforced.
 // Paths found in the workspace are escaped (display.String).
-func printKernel(w io.Writer, rep *enforce.Report) {
+func printKernel(w io.Writer, rep *compile.Report) {
 	d := display.String
 	fmt.Fprintf(w, "sandbox for this workspace (enforced by the kernel; %d entries searched):\n", rep.Walked)
 	fmt.Fprintln(w, "  network: none (loopback only)")

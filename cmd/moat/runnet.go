@@ -11,10 +11,10 @@ import (
 	"github.com/moat-sandbox/moat/admit"
 	"github.com/moat-sandbox/moat/config"
 	"github.com/moat-sandbox/moat/display"
-	"github.com/moat-sandbox/moat/enforce"
 	"github.com/moat-sandbox/moat/netproxy"
 	"github.com/moat-sandbox/moat/output"
 	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/policy/compile"
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
@@ -84,7 +84,7 @@ func networkSetup(f *runFlags, spec *sandbox.Spec, eff *policy.Effective, defaul
 		return nil, fmt.Errorf("%w: --allow-domain and --deny-domain need --net proxy (the default, --net none, has no network at all)", sandbox.ErrInvalidSpec)
 	}
 	var px *netproxy.Proxy
-	var np *enforce.NetPolicy
+	var np *compile.NetPolicy
 	if mode == sandbox.NetProxy {
 		var askMu sync.Mutex
 		// Refusals reach the user as one line each (record); the
@@ -96,7 +96,7 @@ func networkSetup(f *runFlags, spec *sandbox.Spec, eff *policy.Effective, defaul
 			redact = red.RedactString
 		}
 		px = netproxy.New(netproxy.Config{DNSServer: defaults.DNSServer, Events: n.record, Redact: redact, Logger: slog.New(slog.DiscardHandler)})
-		np = &enforce.NetPolicy{
+		np = &compile.NetPolicy{
 			Current: func() *policy.Effective { return eff },
 			Ask: func(ctx context.Context, d policy.Decision) (bool, string) {
 				// One question on the terminal at a time.

@@ -11,8 +11,8 @@ import (
 
 	"github.com/moat-sandbox/moat/admit"
 	"github.com/moat-sandbox/moat/display"
-	"github.com/moat-sandbox/moat/enforce"
 	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/policy/compile"
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
@@ -31,7 +31,7 @@ type runPolicy struct {
 	// terminal), "refused", "timeout", "no terminal".
 	Approval string `json:"approval,omitempty"`
 	// Kernel is what the policy compiled into the sandbox.
-	Kernel *enforce.Report `json:"kernel,omitempty"`
+	Kernel *compile.Report `json:"kernel,omitempty"`
 
 	eff *policy.Effective // the policy the run's egress proxy decides with
 }
@@ -112,7 +112,7 @@ func applyPolicy(f *runFlags, spec *sandbox.Spec, args []string) (*sandbox.Spec,
 	}
 	out, rep, err := admit.Compile(eff, spec, nil)
 	if err != nil {
-		var de *enforce.DeniedError
+		var de *compile.DeniedError
 		if errors.As(err, &de) {
 			return nil, nil, fmt.Errorf("%w: %v", sandbox.ErrInvalidSpec, err)
 		}

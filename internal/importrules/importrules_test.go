@@ -27,7 +27,7 @@ var goos = []string{"linux", "darwin", "windows"}
 // daemon's packages and the libraries only they need (the shell parser,
 // TOML, SQLite, OCI images, the kernel's sandboxing).
 var engines = []string{
-	"policy/...", "audit", "enforce", "netproxy", "store", "runtime/...", "server",
+	"policy/...", "audit", "netproxy", "store", "runtime/...", "server",
 	"templates", "guest", "fstree", "config", "cmd/...",
 	"mvdan.cc/sh/...", "github.com/pelletier/go-toml/...", "github.com/BurntSushi/toml/...",
 	"modernc.org/sqlite/...", "github.com/google/go-containerregistry/...",

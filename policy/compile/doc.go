@@ -1,4 +1,4 @@
-// Package enforce compiles an effective policy (package policy) into a
+// Package compile compiles an effective policy (package policy) into a
 // sandbox.Spec, so that the kernel enforces the same ceiling the policy
 // engine decides: the binds that show the host (the trusted profile's
 // read-only host directories, its writable roots) and the restrictions
@@ -16,4 +16,4 @@
 // judges itself (commands it runs, file operations of its API).
 //
 // View maps sandbox paths to host paths for those requests.
-package enforce
+package compile

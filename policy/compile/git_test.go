@@ -1,4 +1,4 @@
-package enforce
+package compile
 
 import (
 	"bufio"
@@ -69,13 +69,13 @@ func TestCompileGit(t *testing.T) {
 	spec := &sandbox.Spec{Workspace: ws}
 	// A dry run creates nothing.
 	eff := compileEff(t, spec)
-	if _, rep, err := Compile(eff, spec, Options{DryRun: true}); err != nil || len(rep.Created) != 5 {
+	if _, rep, err := Policy(eff, spec, Options{DryRun: true}); err != nil || len(rep.Created) != 5 {
 		t.Fatalf("dry run: %v %v", rep.Created, err)
 	}
 	if _, err := os.Lstat(filepath.Join(ws, "libs")); err == nil {
 		t.Fatal("a dry run created libs")
 	}
-	out, rep, err := Compile(eff, spec, Options{})
+	out, rep, err := Policy(eff, spec, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestCompileGit(t *testing.T) {
 		t.Errorf("git status after compile: %q", st)
 	}
 	// A second compile creates nothing.
-	if _, rep, _ := Compile(eff, spec, Options{}); len(rep.Created) != 0 {
+	if _, rep, _ := Policy(eff, spec, Options{}); len(rep.Created) != 0 {
 		t.Errorf("created again: %v", rep.Created)
 	}
 }
@@ -230,7 +230,7 @@ func TestCompileEnclosingRepo(t *testing.T) {
 	os.MkdirAll(filepath.Join(ws, "inner/src"), 0o755)
 	git(t, ws, "update-index", "--add", "--cacheinfo", "160000,"+sha+",inner/vendor/lib")
 	spec := &sandbox.Spec{Workspace: filepath.Join(ws, "inner")}
-	out, rep, err := Compile(compileEff(t, spec), spec, Options{})
+	out, rep, err := Policy(compileEff(t, spec), spec, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package enforce
+package compile
 
 import (
 	"errors"
@@ -18,7 +18,7 @@ const (
 	DefaultMaxRestrict = 512
 )
 
-// Options tune Compile.
+// Options tune Policy.
 type Options struct {
 	// MaxWalk bounds the directory entries visited while expanding
 	// patterns, over all trees (default DefaultMaxWalk). Past it the rest
@@ -36,7 +36,7 @@ type Options struct {
 	DryRun bool
 }
 
-// Report says what Compile did and what the kernel will not enforce.
+// Report says what Policy did and what the kernel will not enforce.
 type Report struct {
 	Profile policy.Profile `json:"profile"`
 	// Binds added to the spec (the trusted profile's host directories and
@@ -49,7 +49,7 @@ type Report struct {
 	Unenforced []string `json:"unenforced,omitempty"`
 	// Walked counts the directory entries visited expanding patterns.
 	Walked int `json:"walked"`
-	// Created lists host entries Compile created so they could be
+	// Created lists host entries Policy created so they could be
 	// protected: the empty directory of a submodule that had none (as
 	// git's checkout leaves an uninitialized one).
 	Created []string `json:"created,omitempty"`
@@ -89,12 +89,12 @@ func Context(spec *sandbox.Spec, home string) policy.Context {
 	return c
 }
 
-// Compile checks spec against eff and returns a copy of spec with the
+// Policy checks spec against eff and returns a copy of spec with the
 // policy compiled in (binds and restrictions), and a report. eff must have
 // been compiled for Context(spec, home). The spec's own binds must be
 // allowed by the policy (a deny or ask is a *DeniedError: an operator's
 // setup is not something to ask about).
-func Compile(eff *policy.Effective, spec *sandbox.Spec, o Options) (*sandbox.Spec, *Report, error) {
+func Policy(eff *policy.Effective, spec *sandbox.Spec, o Options) (*sandbox.Spec, *Report, error) {
 	if o.MaxWalk <= 0 {
 		o.MaxWalk = DefaultMaxWalk
 	}
@@ -109,7 +109,7 @@ func Compile(eff *policy.Effective, spec *sandbox.Spec, o Options) (*sandbox.Spe
 	for _, h := range o.Hide {
 		// The operator's setting, not the caller's input: not ErrInvalidSpec.
 		if !path.IsAbs(h) || strings.IndexByte(h, 0) >= 0 {
-			return nil, nil, fmt.Errorf("enforce: hidden path %s is not an absolute path", sandbox.Quote(h, 80))
+			return nil, nil, fmt.Errorf("compile: hidden path %s is not an absolute path", sandbox.Quote(h, 80))
 		}
 	}
 	for _, b := range spec.Binds {

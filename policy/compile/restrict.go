@@ -1,4 +1,4 @@
-package enforce
+package compile
 
 import (
 	"os"

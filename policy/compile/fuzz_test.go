@@ -1,4 +1,4 @@
-package enforce
+package compile
 
 import (
 	"errors"
@@ -69,7 +69,7 @@ func FuzzCompilePaths(f *testing.F) {
 					return
 				}
 			}
-			s, _, err := Compile(eff, spec, Options{DryRun: true, MaxWalk: 200})
+			s, _, err := Policy(eff, spec, Options{DryRun: true, MaxWalk: 200})
 			ch <- out{s, err}
 		}()
 		var o out

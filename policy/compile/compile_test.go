@@ -1,4 +1,4 @@
-package enforce
+package compile
 
 import (
 	"errors"
@@ -41,7 +41,7 @@ func compileFor(t *testing.T, spec *sandbox.Spec, home string, files ...*policy.
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Compile(eff, spec, Options{})
+	return Policy(eff, spec, Options{})
 }
 
 func parse(t *testing.T, layer policy.Layer, text string) *policy.File {
@@ -200,7 +200,7 @@ func TestCompileBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rep, err := Compile(eff, &sandbox.Spec{Workspace: ws}, Options{MaxWalk: 10})
+	_, rep, err := Policy(eff, &sandbox.Spec{Workspace: ws}, Options{MaxWalk: 10})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package enforce
+package compile
 
 import (
 	"errors"
@@ -32,7 +32,7 @@ func compileWithin(t *testing.T, d time.Duration, spec *sandbox.Spec, o Options)
 			}
 		}
 		o.DryRun = true
-		s, r, err := Compile(eff, spec, o)
+		s, r, err := Policy(eff, spec, o)
 		ch <- out{s, r, err}
 	}()
 	select {
