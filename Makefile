@@ -27,15 +27,17 @@ test-deps:
 	test -z "$$need" || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need; }
 
 # The whole test suite. Tests that need root or kernel features skip with a
-# message elsewhere, and fail under CI=true.
+# message elsewhere, and fail under CI=true. bench/ is a Go module of its
+# own (the root's ./... does not reach it): its tests run here too.
 test: test-deps vet
 	CGO_ENABLED=0 $(GO) test -count=1 -timeout 15m ./...
+	cd bench && CGO_ENABLED=0 $(GO) test -count=1 -timeout 15m ./...
 	$(MAKE) test-race
 
 # The concurrent packages again under the race detector (cgo: gcc).
 # The moat binary the tests run stays static; only the test binaries are
 # built with -race.
-RACE_PKGS := ./server/... ./store/... ./audit/... ./netproxy/... ./client/... ./runtime/...
+RACE_PKGS := ./server/... ./store/... ./audit/... ./netproxy/... ./client/... ./runtime/... ./guest/...
 test-race: test-deps
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m $(RACE_PKGS)
 
@@ -48,11 +50,15 @@ fuzz:
 		CGO_ENABLED=0 $(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) "./$$pkg" || exit 1; done
 
 # gofmt, go vet, and go vet for macOS: the tree builds off Linux too,
-# where the linux runtime's stubs say it needs Linux.
+# where the linux runtime's stubs say it needs Linux. The same for the
+# bench module (bench/, its own go.mod).
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
 	GOOS=darwin $(GO) vet ./...
+	@test -z "$$(cd bench && gofmt -l .)" || { cd bench && gofmt -l .; echo "gofmt needed in bench/"; exit 1; }
+	cd bench && $(GO) vet ./...
+	cd bench && GOOS=darwin $(GO) vet ./...
 
 bench:
 	bash bench/run.sh

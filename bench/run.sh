@@ -3,16 +3,23 @@
 # one command on a fresh Debian machine, as root:
 #
 #   make bench                                   # = bash bench/run.sh
-#   bash bench/run.sh --rounds 50 --warmup 5     # bench/startup flags
-#   CONTROLPLANE_ARGS="--iterations 20 --soak 10s" bash bench/run.sh
+#   bash bench/run.sh --rounds 50 --warmup 5     # bench/startup's flags
+#   CONTROLPLANE_ARGS="--rounds 20 --soak 10s" bash bench/run.sh
 #   CONTROLPLANE_ARGS=skip bash bench/run.sh     # without the control plane
 #   ROOTFS_ARGS="--rounds 50" bash bench/run.sh  # bench/rootfs flags (or skip)
 #   DENSITY_ARGS="--levels 1,10,100" bash bench/run.sh  # bench/density flags (or skip)
 #   DAEMON_ARGS="--rounds 2" bash bench/run.sh   # bench/daemon flags (or skip)
 #
+# Every benchmark NAME takes its flags from $NAME_ARGS (upper case;
+# "skip" skips it), bench/startup's also from the command line. The
+# benchmarks are their own Go module, bench/: each runs from there
+# (go -C bench run ./NAME) and takes the same common flags (--moat,
+# --json, --markdown, --rounds, --warmup, --seed; bench/README.md).
+#
 # Installs what it needs from Debian when missing (bubblewrap, runc,
 # runsc, crun, hyperfine, busybox-static), builds moat from this checkout,
-# then runs, each writing bench/results/NAME.json (and .md):
+# then runs, each writing bench/results/NAME.json in the results schema
+# (bench/schema) and its markdown (bench/render) as NAME.md:
 # bench/startup (cold start: moat, bare, bwrap, runc, runsc, crun),
 # bench/syscall, bench/policy, bench/netproxy, bench/controlplane (time to
 # interactive, exec round trip, soak), bench/daemon (output floods, durable
@@ -76,62 +83,54 @@ CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(git describe 
 # Results of an earlier run never mix into this one's report.
 mkdir -p bench/results
 rm -f bench/results/*.json bench/results/*.md
-log "running bench/startup $*"
 status=0
-go run ./bench/startup --moat bin/moat \
-	--json bench/results/startup.json \
-	--markdown bench/results/startup.md "$@" || status=$?
 
-if [[ -f bench/results/startup.md ]]; then
-	echo
-	cat bench/results/startup.md
-fi
+# bench NAME WHAT ARGS...: run bench/NAME from the bench module, its
+# results in bench/results/NAME.json and .md; ARGS are its flags. Static
+# (CGO_ENABLED=0): bench/syscall runs its own binary inside a sandbox.
+bench() {
+	local name=$1 what=$2
+	shift 2
+	log "running bench/$name $* ($what)"
+	CGO_ENABLED=0 go -C bench run "./$name" \
+		--json "results/$name.json" --markdown "results/$name.md" "$@" || status=$?
+}
 
-log "running bench/syscall (seccomp, Landlock and mount overhead, inside vs outside)"
-CGO_ENABLED=0 go run ./bench/syscall --moat bin/moat \
-	--json bench/results/syscall.json \
-	--markdown bench/results/syscall.md || status=$?
+# args NAME: the flags of bench/NAME from $NAME_ARGS, or "skip".
+args() {
+	local var
+	var="$(tr '[:lower:]' '[:upper:]' <<<"$1")_ARGS"
+	printf '%s' "${!var:-}"
+}
 
-log "running bench/policy (a policy decision against 100 rules)"
-CGO_ENABLED=0 go run ./bench/policy \
-	--json bench/results/policy.json \
-	--markdown bench/results/policy.md >/dev/null || status=$?
-
-log "running bench/netproxy (egress proxy throughput and connect latency, against direct)"
-CGO_ENABLED=0 go run ./bench/netproxy --moat bin/moat \
-	--json bench/results/netproxy.json \
-	--markdown bench/results/netproxy.md >/dev/null || status=$?
-
-if [[ ${CONTROLPLANE_ARGS:-} != skip ]]; then
-	log "running bench/controlplane ${CONTROLPLANE_ARGS:-} (moat serve: time to interactive, exec round trip, soak)"
-	# shellcheck disable=SC2086 # CONTROLPLANE_ARGS is a list of flags
-	CGO_ENABLED=0 go run ./bench/controlplane --moat bin/moat \
-		--json bench/results/controlplane.json \
-		--markdown bench/results/controlplane.md ${CONTROLPLANE_ARGS:-} || status=$?
-fi
-if [[ ${DAEMON_ARGS:-} != skip ]]; then
-	log "running bench/daemon ${DAEMON_ARGS:-} (moat serve under output floods, durable exec throughput and an auth flood, new against the daemon before issue 17)"
-	# shellcheck disable=SC2086 # DAEMON_ARGS is a list of flags
-	CGO_ENABLED=0 go run ./bench/daemon --moat bin/moat \
-		--json bench/results/daemon.json \
-		--markdown bench/results/daemon.md ${DAEMON_ARGS:-} >/dev/null || status=$?
-fi
-if [[ ${ROOTFS_ARGS:-} != skip ]]; then
-	log "running bench/rootfs ${ROOTFS_ARGS:-} (warm pool claim, cold create host vs OCI template, snapshot, fork)"
-	# shellcheck disable=SC2086 # ROOTFS_ARGS is a list of flags
-	CGO_ENABLED=0 go run ./bench/rootfs --out bench/results/rootfs.json ${ROOTFS_ARGS:-} || status=$?
-fi
-if [[ ${DENSITY_ARGS:-} != skip ]]; then
-	log "running bench/density ${DENSITY_ARGS:-} (live idle sandboxes, memory per sandbox, start latency as they grow)"
-	# shellcheck disable=SC2086 # DENSITY_ARGS is a list of flags
-	CGO_ENABLED=0 go run ./bench/density --moat bin/moat \
-		--json bench/results/density.json \
-		--markdown bench/results/density.md ${DENSITY_ARGS:-} >/dev/null || status=$?
-fi
+for step in \
+	"startup|cold start: moat, bare, bwrap, runc, runsc, crun" \
+	"syscall|seccomp, Landlock and mount overhead, inside vs outside" \
+	"policy|a policy decision against 100 rules" \
+	"netproxy|egress proxy throughput and connect latency, against direct" \
+	"controlplane|moat serve: time to interactive, exec round trip, soak" \
+	"daemon|moat serve under output floods, durable exec throughput and an auth flood, new against the daemon before issue 17" \
+	"rootfs|warm pool claim, cold create host vs OCI template, snapshot, fork" \
+	"density|live idle sandboxes, memory per sandbox, start latency as they grow"; do
+	name=${step%%|*}
+	flags=$(args "$name")
+	if [[ $flags == skip ]]; then
+		log "skipping bench/$name"
+		continue
+	fi
+	if [[ $name == startup ]]; then
+		# shellcheck disable=SC2086 # $flags is a list of flags
+		bench "$name" "${step#*|}" "$@" $flags
+		[[ -f bench/results/startup.md ]] && { echo; cat bench/results/startup.md; }
+		continue
+	fi
+	# shellcheck disable=SC2086 # $flags is a list of flags
+	bench "$name" "${step#*|}" $flags
+done
 
 log "writing docs/PERFORMANCE.md, docs/perf/*.png and bench/results/summary.json (bench/report)"
-go run ./bench/report --results bench/results --out docs/PERFORMANCE.md \
-	--plots docs/perf --summary bench/results/summary.json || status=$?
+go -C bench run ./report --results results --out ../docs/PERFORMANCE.md \
+	--plots ../docs/perf --summary results/summary.json || status=$?
 
 if ((status != 0)); then
 	log "benchmark failed (exit $status); see above"

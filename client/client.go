@@ -28,6 +28,15 @@
 //
 // [WithHTTP] and [WithStdio] choose a transport in code instead.
 //
+// # Copies with the host
+//
+// [Sandbox.CopyIn] and [Sandbox.CopyOut] copy files and trees between
+// the host and a sandbox as cp -r does (what `moat sandbox cp` runs),
+// following no symlink on the host: a sandbox can plant them in the host
+// directories it writes, and an archive it sends can hold them. They are
+// built on package fstree (openat2), the only part of moat's engines the
+// SDK links, on Linux only: elsewhere they return [ErrCopyUnsupported].
+//
 // # Errors
 //
 // Everything the daemon refuses comes back as an [*api.Error]: use

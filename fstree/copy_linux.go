@@ -169,7 +169,7 @@ func (c *copier) entry(sfd, dfd int, name, rel string) error {
 	case typ == unix.S_IFCHR && st.Rdev == 0 && w.opt.Overlay:
 		return c.whiteout(dfd, name, rel, &st)
 	}
-	w.skip(rel)
+	w.skip(rel, "not a file, directory or symlink")
 	return nil
 }
 

@@ -50,15 +50,6 @@ func openBeneath(dirfd int, rel string, flags int) (int, error) {
 	}
 }
 
-// OpenBeneath is openBeneath for callers outside the layer store (moat
-// sandbox cp): rel is opened beneath dirfd, no symlink is followed on the
-// way or at its end, and nothing outside dirfd is reached. With
-// O_PATH|O_NOFOLLOW (no O_DIRECTORY), a symlink as the last component is
-// opened as itself rather than refused: check the type.
-func OpenBeneath(dirfd int, rel string, flags int) (int, error) {
-	return openBeneath(dirfd, rel, flags)
-}
-
 // openDir opens rel beneath dirfd as a directory, for reading entries and
 // setting metadata.
 func openDir(dirfd int, rel string) (int, error) {

@@ -1,6 +1,11 @@
-// Package fstree writes and copies filesystem trees into moat's layer store
-// from untrusted input: tar streams, OCI images and overlayfs upper
-// directories of sandboxes.
+// Package fstree writes and copies filesystem trees from untrusted input:
+// into moat's layer store, tar streams (ExtractTar), the layers of OCI
+// images (Layers; package fstree/oci reads the images) and overlayfs upper
+// directories of sandboxes (CopyDir); on the host of an SDK user, the
+// copies between a sandbox and host trees that sandbox may have written
+// (ExtractInto, WriteTar, OpenPath: client.Sandbox.CopyOut and CopyIn).
+// It links nothing but the standard library and golang.org/x/sys/unix,
+// for the SDK's sake (internal/importrules).
 //
 // Everything the package writes goes through file descriptors. Parent
 // directories are opened with openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|
@@ -30,6 +35,11 @@
 // after their contents, so a read-only directory in the input does not block
 // its own extraction. Every tree written has a Digest (see TreeDigest) that
 // depends only on the tree, not on how it was written.
+//
+// ExtractInto, a copy into a tree a user owns, differs where that user's
+// cp -r would: it merges into what is there, writes as the caller (no
+// owners, permission bits through the umask, no times) and leaves out
+// hardlinks; see there.
 package fstree
 
 import (
@@ -59,12 +69,8 @@ var (
 	ErrDiskLimit = fmt.Errorf("%w: disk space", ErrLimit)
 	// ErrTruncated: the tar or compressed stream ended early.
 	ErrTruncated = errors.New("truncated archive")
-	// ErrDigest: a blob or layer does not match its digest.
-	ErrDigest = errors.New("digest mismatch")
 	// ErrNotEmpty: the destination directory is not empty.
 	ErrNotEmpty = errors.New("destination directory is not empty")
-	// ErrNoImage: ImportOCI found no image, or several, for the reference.
-	ErrNoImage = errors.New("no matching image")
 	// ErrUnsupported: the input or platform is not supported.
 	ErrUnsupported = errors.New("not supported")
 )
@@ -77,7 +83,7 @@ var (
 // counts every entry read from the source, left out or not, and every
 // directory created for one that the source does not list, so that it
 // bounds the work of an operation too. MaxDepth bounds the number of
-// components of a path. ImportOCI applies them to the image as a whole.
+// components of a path. Layers applies them to the image as a whole.
 //
 // CopyDir keeps the holes of sparse files (see CopyDir): MaxBytes counts
 // their apparent size (holes included: it bounds the reading and hashing
@@ -109,7 +115,7 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// Options of CopyDir, ExtractTar and ImportOCI.
+// Options of CopyDir, ExtractTar and Layers.
 type Options struct {
 	Limits Limits
 	// MapID translates a source owner into the owner written. nil: identity,
@@ -138,6 +144,21 @@ type Options struct {
 	Seen func(rel string, st *unix.Stat_t)
 }
 
+// HostOptions are the options of ExtractInto and WriteTar, the copies
+// between a tar stream and a tree a user owns on the host.
+type HostOptions struct {
+	// Limits bound what one copy writes (ExtractInto) or reads
+	// (WriteTar): bytes of regular files, entries, and the depth of
+	// paths below the top entry. Zero fields take the defaults of Limits
+	// (8 GiB, a million entries, 256 levels); MaxDiskBytes is not used.
+	Limits Limits
+	// Skipped, if set, is told of every entry left out of the copy: its
+	// path below the top entry (slash-separated) and why (a device, a
+	// FIFO or a socket; a hardlink; an entry that vanished or changed
+	// type while WriteTar read it).
+	Skipped func(rel, why string)
+}
+
 // Stats describe what was written. Bytes is the total size of the regular
 // files written (their apparent size: a sparse file's holes count);
 // DiskBytes, counted by CopyDir only, is what the copy allocated on disk
@@ -154,17 +175,6 @@ type Stats struct {
 
 // maxSkipped is how many skipped paths Stats.Skipped lists.
 const maxSkipped = 100
-
-// Image is an imported OCI image's config.
-type Image struct {
-	Digest     string // the image manifest's digest (docker archives: the config's, their image ID)
-	Env        []string
-	WorkingDir string
-	User       string
-	Entrypoint []string
-	Cmd        []string
-	Layers     int
-}
 
 // defaultMapID is the MapID used when Options.MapID is nil: identity, with
 // ids that could not be mapped into a sandbox squashed to 65534.

@@ -6,6 +6,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+
+	"golang.org/x/sys/unix"
 )
 
 // errPlatform is returned by every operation off Linux: the package relies
@@ -22,13 +25,26 @@ func ExtractTar(ctx context.Context, r io.Reader, dst string, opt Options) (*Sta
 	return nil, errPlatform
 }
 
-// ImportOCI is only implemented on Linux.
-func ImportOCI(ctx context.Context, src, ref, dst string, opt Options) (*Image, *Stats, error) {
-	return nil, nil, errPlatform
+// ExtractInto is only implemented on Linux.
+func ExtractInto(ctx context.Context, r io.Reader, dirfd int, name string, opt HostOptions) (*Stats, error) {
+	return nil, errPlatform
+}
+
+// WriteTar is only implemented on Linux.
+func WriteTar(ctx context.Context, w io.Writer, dirfd int, name, entry string, opt HostOptions) (*Stats, error) {
+	return nil, errPlatform
 }
 
 // OpenBeneath is only implemented on Linux.
 func OpenBeneath(dirfd int, rel string, flags int) (int, error) { return -1, errPlatform }
+
+// OpenPath is only implemented on Linux.
+func OpenPath(dirfd int, p string, flags int) (int, error) { return -1, errPlatform }
+
+// OpenRegular is only implemented on Linux.
+func OpenRegular(dirfd int, name string) (*os.File, *unix.Stat_t, error) {
+	return nil, nil, errPlatform
+}
 
 // Whiteout is only implemented on Linux.
 func Whiteout(dst, rel string) error { return errPlatform }

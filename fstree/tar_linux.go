@@ -148,7 +148,8 @@ func (x *extractor) apply(r io.Reader) error {
 // drain reads what follows the end of the archive, refusing more than
 // record padding can explain once MaxBytes is used up.
 func (x *extractor) drain(r io.Reader) error {
-	allow := max(x.w.lim.MaxBytes-x.w.stats.Bytes, 0) + trailingAllowance
+	// Saturated: MaxBytes may be math.MaxInt64 (no limit).
+	allow := min(max(x.w.lim.MaxBytes-x.w.stats.Bytes, 0), math.MaxInt64-trailingAllowance-1) + trailingAllowance
 	n, err := io.CopyN(io.Discard, r, allow+1)
 	if err != nil && err != io.EOF {
 		return streamErr("after the end of the tar archive", err)
@@ -255,13 +256,16 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 	case tar.TypeSymlink:
 		return x.symlink(rel, hdr)
 	case tar.TypeLink:
-		return x.hardlink(rel, hdr)
+		if !w.asCaller {
+			return x.hardlink(rel, hdr)
+		}
 	case tar.TypeChar:
 		if w.opt.Overlay && hdr.Devmajor == 0 && hdr.Devminor == 0 {
 			return x.whiteout(rel, hdr)
 		}
 	}
-	w.skip(rel) // devices, fifos, unknown types
+	// Devices, fifos, unknown types; hardlinks in a copy as the caller.
+	w.skip(rel, fmt.Sprintf("type %q is not copied", hdr.Typeflag))
 	return nil
 }
 
@@ -302,7 +306,8 @@ func (x *extractor) mark(rel string) {
 }
 
 // parent opens the parent directory dir of entry rel, creating missing
-// directories (0700, metadata applied by finish).
+// directories (0700, metadata applied by finish; asCaller: 0755 less the
+// umask).
 func (x *extractor) parent(rel, dir string) (int, error) {
 	fd, err := openDir(x.w.root, dir)
 	if err == nil {
@@ -323,11 +328,17 @@ func (x *extractor) parent(rel, dir string) (int, error) {
 				unix.Close(fd)
 				return -1, err
 			}
-			if err = unix.Mkdirat(fd, c, 0o700); err != nil {
+			mode := uint32(0o700) // 0755 once finished
+			if x.w.asCaller {
+				mode = 0o755 // less the umask, for good
+			}
+			if err = unix.Mkdirat(fd, c, mode); err != nil {
 				unix.Close(fd)
 				return -1, fmt.Errorf("entry %q: mkdir %q: %w", rel, p, err)
 			}
-			x.dirs[p] = x.implicitDir()
+			if !x.w.asCaller {
+				x.dirs[p] = x.implicitDir()
+			}
 			x.w.stats.Dirs++
 			x.w.stats.Entries++
 			x.mark(p)
@@ -400,11 +411,21 @@ func (x *extractor) dir(rel string, hdr *tar.Header) error {
 	}
 	defer unix.Close(pfd)
 	if !exists {
-		if err := unix.Mkdirat(pfd, base, 0o700); err != nil {
+		// Metadata applied by finish; as the caller, the mode is final
+		// (less the umask) and keeps the directory writable.
+		mode := uint32(0o700)
+		if x.w.asCaller {
+			mode |= m.mode & 0o777
+		}
+		if err := unix.Mkdirat(pfd, base, mode); err != nil {
 			return fmt.Errorf("entry %q: mkdir: %w", rel, err)
 		}
 		x.w.stats.Dirs++
 		x.w.stats.Entries++
+	}
+	if x.w.asCaller {
+		x.mark(rel)
+		return nil // a directory that was there is kept as it is
 	}
 	x.dirs[rel] = m
 	x.mark(rel)
@@ -425,7 +446,11 @@ func (x *extractor) file(rel string, hdr *tar.Header, r io.Reader) error {
 		return err
 	}
 	defer unix.Close(pfd)
-	m.mode = x.w.fileMode(uint32(hdr.Mode))
+	if x.w.asCaller {
+		m.mode = uint32(hdr.Mode) & 0o777
+	} else {
+		m.mode = x.w.fileMode(uint32(hdr.Mode))
+	}
 	if _, err := x.w.createFile(pfd, base, rel, r, m, nil, nil); err != nil {
 		return err
 	}
@@ -449,7 +474,11 @@ func (x *extractor) symlink(rel string, hdr *tar.Header) error {
 		return err
 	}
 	defer unix.Close(pfd)
-	if err := createSymlink(pfd, base, rel, hdr.Linkname, m); err != nil {
+	if x.w.asCaller {
+		if err := unix.Symlinkat(hdr.Linkname, pfd, base); err != nil {
+			return fmt.Errorf("entry %q: symlink: %w", rel, err)
+		}
+	} else if err := createSymlink(pfd, base, rel, hdr.Linkname, m); err != nil {
 		return err
 	}
 	x.w.stats.Symlinks++

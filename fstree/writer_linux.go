@@ -33,6 +33,13 @@ type writer struct {
 	stats Stats
 	count int // entries counted against MaxEntries
 	buf   []byte
+	// asCaller: the destination is a tree a user owns, written as a copy
+	// by that user would write it (ExtractInto): entries get no owner
+	// and no times of the source, permission bits go through the umask,
+	// directories that exist are kept as they are.
+	asCaller bool
+	// onSkip, if set, is told of every entry left out, and why.
+	onSkip func(rel, why string)
 }
 
 // newWriter opens dst, which must be an existing empty directory.
@@ -131,8 +138,11 @@ func (w *writer) fileMode(perm uint32) uint32 {
 	return perm
 }
 
-// skip records an entry left out.
-func (w *writer) skip(rel string) {
+// skip records an entry left out, and why.
+func (w *writer) skip(rel, why string) {
+	if w.onSkip != nil {
+		w.onSkip(rel, why)
+	}
 	w.stats.SkippedCount++
 	if len(w.stats.Skipped) < maxSkipped {
 		w.stats.Skipped = append(w.stats.Skipped, rel)
@@ -150,15 +160,21 @@ func readErr(rel string, err error) error {
 
 // createFile creates the regular file name in pfd (O_EXCL, O_NOFOLLOW),
 // copies r into it within MaxBytes (hashing into sum if not nil), and sets
-// its owner, mode and times. If st is not nil it receives the file's stat.
+// its owner, mode and times (asCaller: it is created with m.mode, less the
+// umask, and keeps the caller's owner and the time of the copy). If st is
+// not nil it receives the file's stat.
 func (w *writer) createFile(pfd int, name, rel string, r io.Reader, m meta, sum hash.Hash, st *unix.Stat_t) (int64, error) {
-	fd, err := unix.Openat(pfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	perm := uint32(0o600)
+	if w.asCaller {
+		perm = m.mode
+	}
+	fd, err := unix.Openat(pfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, perm)
 	if err != nil {
 		return 0, fmt.Errorf("entry %q: create: %w", rel, err)
 	}
 	f := os.NewFile(uintptr(fd), rel)
 	n, err := w.copyData(f, r, sum, rel)
-	if err == nil {
+	if err == nil && !w.asCaller {
 		err = setMeta(fd, m)
 		if err != nil {
 			err = fmt.Errorf("entry %q: %w", rel, err)

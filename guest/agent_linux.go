@@ -25,16 +25,18 @@ type Agent struct {
 	// homeFD is the sandbox pids cgroup's "tasks" file, or -1.
 	homeFD int
 
-	mu    sync.Mutex // guards procs; held across fork+register+started
-	procs map[int]uint64
-	ids   map[uint64]int
-	done  chan struct{}
-	once  sync.Once
+	mu     sync.Mutex // guards procs, ids, relays; held across fork+register+started
+	procs  map[int]uint64
+	ids    map[uint64]int
+	relays map[uint64]*procRelay // processes started with Exec.Streams
+	done   chan struct{}
+	once   sync.Once
 }
 
 // NewAgent returns an agent for a sandbox built from s.
 func NewAgent(conn *Conn, s *Setup) *Agent {
-	return &Agent{conn: conn, setup: s, procs: map[int]uint64{}, ids: map[uint64]int{}, done: make(chan struct{}), homeFD: -1}
+	return &Agent{conn: conn, setup: s, procs: map[int]uint64{}, ids: map[uint64]int{}, relays: map[uint64]*procRelay{},
+		done: make(chan struct{}), homeFD: -1}
 }
 
 // SetCallCgroupHome gives the agent the "tasks" file of the sandbox's own
@@ -87,6 +89,9 @@ func (a *Agent) readLoop() error {
 			a.signal(m.ID, m.Signal)
 		case MsgFile:
 			a.file(m.ID, m.File, fds)
+		case MsgResize:
+			closeAll(fds)
+			a.resize(m.ID, m.Resize)
 		default:
 			closeAll(fds)
 		}
@@ -116,8 +121,8 @@ func (a *Agent) start(id uint64, e *Exec, fds []int) {
 		callFD = fds[len(fds)-1]
 	}
 	want := 3 // stdin, stdout, stderr
-	if e.TTY {
-		want = 0 // the agent makes a pty
+	if e.TTY || e.Streams {
+		want = 0 // the agent makes a pty, or the pipes it relays
 	}
 	if e.CallCgroup {
 		want++
@@ -144,8 +149,12 @@ func (a *Agent) start(id uint64, e *Exec, fds []int) {
 		fail("secrets", 125, err)
 		return
 	}
-	var master *os.File
-	if e.TTY {
+	var (
+		master *os.File
+		rel    *procRelay
+	)
+	switch {
+	case e.TTY:
 		m, s, err := pty.Open()
 		if err != nil {
 			fail("pty", 125, err)
@@ -157,7 +166,20 @@ func (a *Agent) start(id uint64, e *Exec, fds []int) {
 			_ = pty.Setsize(m, &pty.Winsize{Rows: e.Rows, Cols: e.Cols})
 		}
 		files = []uintptr{s.Fd(), s.Fd(), s.Fd()}
-	} else {
+		if e.Streams {
+			if rel, err = newPTYRelay(a.conn.Streams(), id, m, e.Stdin); err != nil {
+				fail("pty", 125, err)
+				return
+			}
+			master = nil // the relay's
+		}
+	case e.Streams:
+		if rel, err = newPipeRelay(a.conn.Streams(), id, e.Stdin); err != nil {
+			fail("stdio", 125, err)
+			return
+		}
+		files = rel.childFDs()
+	default:
 		for i := range files {
 			files[i] = uintptr(fds[i])
 		}
@@ -193,12 +215,21 @@ func (a *Agent) start(id uint64, e *Exec, fds []int) {
 		if master != nil {
 			master.Close()
 		}
+		if rel != nil {
+			rel.abort()
+		}
 		fail("exec", execCode(err), &os.PathError{Op: "exec", Path: e.Args[0], Err: err})
 		return
 	}
 	a.procs[pid] = id
 	a.ids[id] = pid
 	started := &Message{Type: MsgStarted, ID: id}
+	if rel != nil {
+		a.relays[id] = rel
+		rel.start()
+		_ = a.conn.Send(started)
+		return
+	}
 	if master != nil {
 		_ = a.conn.Send(started, int(master.Fd()))
 		master.Close()
@@ -284,6 +315,17 @@ func secretFiles(secrets []SecretFile, uid, gid int) ([]int, error) {
 	return fds, nil
 }
 
+// resize sets the terminal size of process id, started with TTY and
+// Streams.
+func (a *Agent) resize(id uint64, ws *WinSize) {
+	a.mu.Lock()
+	rel := a.relays[id]
+	a.mu.Unlock()
+	if rel != nil {
+		_ = rel.resize(ws)
+	}
+}
+
 // signal delivers sig to the process group of process id (its session).
 func (a *Agent) signal(id uint64, sig int) {
 	a.mu.Lock()
@@ -311,13 +353,18 @@ func (a *Agent) reap() {
 		}
 		a.mu.Lock()
 		id, ok := a.procs[pid]
+		rel := a.relays[id]
 		if ok {
 			delete(a.procs, pid)
 			delete(a.ids, id)
+			delete(a.relays, id)
 		}
 		a.mu.Unlock()
 		if !ok {
 			continue
+		}
+		if rel != nil {
+			rel.exited()
 		}
 		ex := &Exit{
 			UserUsec: ru.Utime.Sec*1e6 + ru.Utime.Usec,
@@ -331,7 +378,14 @@ func (a *Agent) reap() {
 		}
 		_ = a.conn.Send(&Message{Type: MsgExit, ID: id, Exit: ex})
 		if a.setup.OneShot {
-			a.once.Do(func() { close(a.done) })
+			// The sandbox ends with the agent: relayed output is
+			// drained first.
+			go func() {
+				if rel != nil {
+					<-rel.done
+				}
+				a.once.Do(func() { close(a.done) })
+			}()
 		}
 	}
 }

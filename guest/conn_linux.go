@@ -1,7 +1,6 @@
 package guest
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -26,6 +25,12 @@ func SocketPair() (host, agent *os.File, err error) {
 	return os.NewFile(uintptr(fds[0]), "moat-host"), os.NewFile(uintptr(fds[1]), "moat-agent"), nil
 }
 
+// NewConn wraps a connected SOCK_SEQPACKET socket: one frame per packet,
+// descriptors as SCM_RIGHTS.
+func NewConn(f *os.File) *Conn {
+	return newConn(&seqpacket{f: f})
+}
+
 // FileConn wraps an inherited socket descriptor, switching it to
 // non-blocking mode so that it joins Go's poller.
 func FileConn(fd int) (*Conn, error) {
@@ -36,124 +41,110 @@ func FileConn(fd int) (*Conn, error) {
 	return NewConn(os.NewFile(uintptr(fd), "moat-control")), nil
 }
 
-// Send writes one message with the given descriptors. The caller keeps
-// ownership of fds.
-func (c *Conn) Send(m *Message, fds ...int) error {
-	return c.SendValue(string(m.Type), m, fds...)
+// seqpacket is the transport of a SOCK_SEQPACKET socket.
+type seqpacket struct {
+	f   *os.File
+	buf []byte
+	oob []byte
 }
 
-// SendValue writes v, JSON-encoded, as one packet with the given
-// descriptors; name says what it is in errors. The caller keeps ownership
-// of fds. The runtime's spawner speaks its own messages this way.
-func (c *Conn) SendValue(name string, v any, fds ...int) error {
-	b, err := encode(name, v)
-	if err != nil {
-		return err
-	}
-	if len(fds) > MaxFDs {
-		return fmt.Errorf("%s: %d descriptors, at most %d", name, len(fds), MaxFDs)
-	}
+func (s *seqpacket) close() error { return s.f.Close() }
+
+func (s *seqpacket) writePacket(hdr, payload []byte, fds []int) error {
 	var oob []byte
 	if len(fds) > 0 {
 		oob = unix.UnixRights(fds...)
 	}
-	rc, err := c.f.SyscallConn()
+	rc, err := s.f.SyscallConn()
 	if err != nil {
 		return err
 	}
+	bufs := [][]byte{hdr, payload}
 	var serr error
 	werr := rc.Write(func(fd uintptr) bool {
-		serr = unix.Sendmsg(int(fd), b, oob, nil, 0)
+		_, serr = unix.SendmsgBuffers(int(fd), bufs, oob, nil, 0)
 		return serr != unix.EAGAIN
 	})
 	if werr != nil {
-		return fmt.Errorf("send %s: %w", name, werr)
+		return werr
 	}
-	if serr != nil {
-		return fmt.Errorf("send %s: %w", name, serr)
-	}
-	return nil
+	return serr
 }
 
-// Recv reads one message and the descriptors that came with it, which the
-// caller then owns (they are close-on-exec). It returns io.EOF when the
-// peer has closed.
-func (c *Conn) Recv() (*Message, []int, error) {
-	m := new(Message)
-	fds, err := c.RecvValue(m)
+// maxPacket is the largest packet either side sends or accepts: a
+// control frame of MaxMessage bytes.
+const maxPacket = FrameHeader + MaxMessage
+
+func (s *seqpacket) readPacket() ([]byte, []int, error) {
+	if s.oob == nil {
+		s.buf = make([]byte, recvBuf)
+		s.oob = make([]byte, unix.CmsgSpace(MaxFDs*4))
+	}
+	rc, err := s.f.SyscallConn()
 	if err != nil {
 		return nil, nil, err
 	}
-	return m, fds, nil
-}
-
-// RecvValue reads one packet into v (JSON) as Recv does, and returns the
-// descriptors that came with it.
-func (c *Conn) RecvValue(v any) ([]int, error) {
-	if c.oob == nil {
-		c.buf = make([]byte, recvBuf)
-		c.oob = make([]byte, unix.CmsgSpace(MaxFDs*4))
-	}
-	rc, err := c.f.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	var n, oobn, flags int
-	var rerr error
+	var (
+		n, oobn, flags int
+		rerr           error
+		data           []byte
+	)
 	err = rc.Read(func(fd uintptr) bool {
 		// Peek at the packet's length (MSG_TRUNC returns the real one;
 		// no control buffer, so no descriptor is installed), so that a
 		// connection keeps a small buffer and only a large message
 		// needs a large one.
 		var size int
-		size, _, _, _, rerr = unix.Recvmsg(int(fd), nil, nil, unix.MSG_PEEK|unix.MSG_TRUNC)
-		if rerr == unix.ECONNRESET {
-			// A peer that exits with packets of ours unread makes the
-			// kernel report ECONNRESET once, before the packets it sent
-			// last (an init's setup error); they are still queued.
-			size, _, _, _, rerr = unix.Recvmsg(int(fd), nil, nil, unix.MSG_PEEK|unix.MSG_TRUNC)
-		}
+		size, _, _, rerr = recvmsg(int(fd), nil, nil, unix.MSG_PEEK|unix.MSG_TRUNC)
 		if rerr != nil {
 			return rerr != unix.EAGAIN
 		}
-		buf := c.buf
-		if size >= len(buf) && size <= MaxMessage {
+		buf := s.buf
+		if size >= len(buf) && size <= maxPacket {
 			buf = make([]byte, size+1)
 		}
-		n, oobn, flags, _, rerr = unix.Recvmsg(int(fd), buf, c.oob, unix.MSG_CMSG_CLOEXEC)
+		n, oobn, flags, rerr = recvmsg(int(fd), buf, s.oob, unix.MSG_CMSG_CLOEXEC)
 		if rerr == nil && n > 0 {
-			c.last = buf[:n]
+			data = buf[:n]
 		}
 		return rerr != unix.EAGAIN
 	})
 	if err != nil {
-		return nil, fmt.Errorf("recv: %w", err)
+		return nil, nil, fmt.Errorf("recv: %w", err)
 	}
 	if rerr != nil {
 		if rerr == syscall.ECONNRESET {
-			return nil, io.EOF
+			return nil, nil, io.EOF
 		}
-		return nil, fmt.Errorf("recv: %w", rerr)
+		return nil, nil, fmt.Errorf("recv: %w", rerr)
 	}
-	fds, err := parseRights(c.oob[:oobn])
+	fds, err := parseRights(s.oob[:oobn])
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || n > MaxMessage {
+	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || n > maxPacket {
 		closeAll(fds)
-		return nil, fmt.Errorf("recv: %w", ErrTooLarge)
+		return nil, nil, fmt.Errorf("recv: %w", ErrTooLarge)
 	}
 	if n == 0 {
 		closeAll(fds)
-		return nil, io.EOF
+		return nil, nil, io.EOF
 	}
-	data := c.last
-	c.last = nil
-	if err := json.Unmarshal(data, v); err != nil {
-		closeAll(fds)
-		return nil, fmt.Errorf("decode message: %w", err)
+	return data, fds, nil
+}
+
+// recvmsg is unix.Recvmsg past a connection reset. A peer that exits
+// with packets of ours unread makes the kernel report ECONNRESET once, at
+// whichever recvmsg comes next (the peek at a packet or, if the peer
+// exits in between, the read of the packet just peeked at), before the
+// packets it sent last (an init's setup error): they are still queued, so
+// the call is made again.
+func recvmsg(fd int, p, oob []byte, flags int) (n, oobn, recvflags int, err error) {
+	n, oobn, recvflags, _, err = unix.Recvmsg(fd, p, oob, flags)
+	if err == unix.ECONNRESET {
+		n, oobn, recvflags, _, err = unix.Recvmsg(fd, p, oob, flags)
 	}
-	return fds, nil
+	return n, oobn, recvflags, err
 }
 
 func parseRights(oob []byte) ([]int, error) {
@@ -176,9 +167,10 @@ func parseRights(oob []byte) ([]int, error) {
 	return fds, nil
 }
 
-// recvBuf is the buffer a connection keeps for messages; larger ones (up
-// to MaxMessage) get a buffer of their own.
-const recvBuf = 64 << 10
+// recvBuf is the buffer a connection keeps for packets: a full data
+// frame fits; larger control messages (up to MaxMessage) get a buffer of
+// their own.
+const recvBuf = FrameHeader + MaxFrameData + 1
 
 // closeAll closes every descriptor in fds.
 func closeAll(fds []int) {

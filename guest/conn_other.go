@@ -10,7 +10,8 @@ import (
 
 // The connection between a sandbox's host side and its init is a
 // SOCK_SEQPACKET socket pair passing descriptors close-on-exec
-// (MSG_CMSG_CLOEXEC): Linux only. Off Linux every operation fails.
+// (MSG_CMSG_CLOEXEC): Linux only. Off Linux a Conn over a socket fails
+// every operation; NewStreamConn works everywhere.
 var errPlatform = fmt.Errorf("guest: the sandbox connection needs Linux (SOCK_SEQPACKET, MSG_CMSG_CLOEXEC): %w", errors.ErrUnsupported)
 
 // SocketPair always fails off Linux.
@@ -19,14 +20,15 @@ func SocketPair() (host, agent *os.File, err error) { return nil, nil, errPlatfo
 // FileConn always fails off Linux.
 func FileConn(fd int) (*Conn, error) { return nil, errPlatform }
 
-// Send always fails off Linux.
-func (c *Conn) Send(m *Message, fds ...int) error { return errPlatform }
+// NewConn returns a connection whose every operation fails off Linux.
+func NewConn(f *os.File) *Conn { return newConn(noTransport{}) }
 
-// SendValue always fails off Linux.
-func (c *Conn) SendValue(name string, v any, fds ...int) error { return errPlatform }
+// noTransport is the socket transport off Linux.
+type noTransport struct{}
 
-// Recv always fails off Linux.
-func (c *Conn) Recv() (*Message, []int, error) { return nil, nil, errPlatform }
+func (noTransport) writePacket(hdr, payload []byte, fds []int) error { return errPlatform }
+func (noTransport) readPacket() ([]byte, []int, error)               { return nil, nil, errPlatform }
+func (noTransport) close() error                                     { return errPlatform }
 
-// RecvValue always fails off Linux.
-func (c *Conn) RecvValue(v any) ([]int, error) { return nil, errPlatform }
+// closeAll does nothing: no transport off Linux carries descriptors.
+func closeAll(fds []int) {}

@@ -44,7 +44,25 @@ type fileJob struct {
 	id  uint64
 	op  *FileOp
 	fds []int
+	// in or out is the operation's stream with FileOp.Streams, opened
+	// when the request arrived (before the host's frames can); err says
+	// why it could not be.
+	in  *StreamReader
+	out *StreamWriter
+	err error
 	fn  func() // tests: run on the worker thread instead of op
+}
+
+// closeStreams ends the job's stream, whichever way it goes: the host
+// reads to its end (or stops sending) before the reply.
+func (j *fileJob) closeStreams() {
+	closeAll(j.fds)
+	if j.in != nil {
+		j.in.Close()
+	}
+	if j.out != nil {
+		j.out.Close()
+	}
 }
 
 // fileWorker runs the file operations of one agent, in order, on its own
@@ -66,9 +84,20 @@ var (
 )
 
 // file queues one file operation; the reply is sent when it is done. It
-// never blocks the agent's message loop.
+// never blocks the agent's message loop. An operation with Streams has
+// its stream opened here, before the loop reads the host's next frame.
 func (a *Agent) file(id uint64, op *FileOp, fds []int) {
-	a.fileWorker().enqueue(fileJob{id: id, op: op, fds: fds})
+	j := fileJob{id: id, op: op, fds: fds}
+	if op != nil && op.Streams {
+		switch streams, toHost := FileStreams(op.Op); {
+		case !streams:
+		case toHost:
+			j.out, j.err = a.conn.Streams().Writer(id, StreamFile)
+		default:
+			j.in, j.err = a.conn.Streams().Reader(id, StreamFile)
+		}
+	}
+	a.fileWorker().enqueue(j)
 }
 
 // fileWorker returns the agent's worker, starting it on first use.
@@ -125,10 +154,13 @@ func (w *fileWorker) run() {
 		var res *FileResult
 		err := w.err
 		if err == nil {
-			res, err = w.do(j.op, j.fds)
+			err = j.err
+		}
+		if err == nil {
+			res, err = w.do(&j)
 		}
 		// The streams end before the reply: the host reads to EOF.
-		closeAll(j.fds)
+		j.closeStreams()
 		w.reply(j.id, j.op, res, err)
 	}
 }
@@ -221,6 +253,8 @@ func fileErrInfo(stage string, err error) *ErrInfo {
 	switch {
 	case errors.As(err, &fe):
 		info.Errno = fe.code
+	case errors.Is(err, ErrStreamReset):
+		info.Errno = "EPIPE" // the host stopped reading, as a closed pipe
 	case errors.As(err, &en):
 		if name := unix.ErrnoName(en); name != "" {
 			info.Errno = name
@@ -229,8 +263,9 @@ func fileErrInfo(stage string, err error) *ErrInfo {
 	return info
 }
 
-// do runs one operation. The caller closes fds afterwards.
-func (w *fileWorker) do(op *FileOp, fds []int) (*FileResult, error) {
+// do runs one operation. The caller closes its streams afterwards.
+func (w *fileWorker) do(j *fileJob) (*FileResult, error) {
+	op := j.op
 	if op == nil {
 		return nil, errInvalid("no operation")
 	}
@@ -238,27 +273,37 @@ func (w *fileWorker) do(op *FileOp, fds []int) (*FileResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	stream := -1
-	switch op.Op {
-	case FileRead, FileWrite, FileTarIn, FileTarOut:
-		if len(fds) != 1 {
-			return nil, errInvalid("%s needs one stream descriptor, got %d", op.Op, len(fds))
-		}
+	var (
+		in  io.Reader
+		out io.Writer
+	)
+	if streams, toHost := FileStreams(op.Op); streams {
 		if op.Max <= 0 {
 			return nil, errInvalid("the size limit must be positive")
 		}
-		stream = fds[0]
-		// The host's end of the pipe is its own open file; this end
-		// is blocking on the worker's thread.
-		if err := unix.SetNonblock(stream, false); err != nil {
-			return nil, err
+		switch {
+		case op.Streams && toHost && j.out != nil:
+			out = j.out
+		case op.Streams && !toHost && j.in != nil:
+			in = j.in
+		case op.Streams:
+			return nil, errInvalid("%s: no stream", op.Op)
+		case len(j.fds) != 1:
+			return nil, errInvalid("%s needs one stream descriptor, got %d", op.Op, len(j.fds))
+		default:
+			// The host's end of the pipe is its own open file; this
+			// end is blocking on the worker's thread.
+			if err := unix.SetNonblock(j.fds[0], false); err != nil {
+				return nil, err
+			}
+			in, out = fdReader(j.fds[0]), fdWriter(j.fds[0])
 		}
 	}
 	switch op.Op {
 	case FileRead:
-		return w.read(p, op.Max, stream)
+		return w.read(p, op.Max, out)
 	case FileWrite:
-		return w.write(p, op.Mode, op.Max, stream)
+		return w.write(p, op.Mode, op.Max, in)
 	case FileList:
 		return w.list(p)
 	case FileStat:
@@ -274,9 +319,9 @@ func (w *fileWorker) do(op *FileOp, fds []int) (*FileResult, error) {
 		}
 		return nil, w.move(p, to)
 	case FileTarIn:
-		return w.tarIn(p, op.Max, stream)
+		return w.tarIn(p, op.Max, in)
 	case FileTarOut:
-		return w.tarOut(p, op.Max, stream)
+		return w.tarOut(p, op.Max, out)
 	}
 	return nil, errInvalid("unknown file operation %q", op.Op)
 }
@@ -349,7 +394,7 @@ func (w *fileWorker) checkProc(fd int) error {
 }
 
 // read copies a regular file of at most max bytes to out.
-func (w *fileWorker) read(p string, max int64, out int) (*FileResult, error) {
+func (w *fileWorker) read(p string, max int64, out io.Writer) (*FileResult, error) {
 	// O_NONBLOCK: opening a FIFO must not block the worker.
 	fd, err := w.open(p, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
 	if err != nil {
@@ -370,33 +415,33 @@ func (w *fileWorker) read(p string, max int64, out int) (*FileResult, error) {
 	if st.Size > max {
 		return nil, errTooBig("%d bytes, over the limit of %d", st.Size, max)
 	}
-	n, err := copyFD(out, fd, max)
+	n, err := copyMax(out, fdReader(fd), max)
 	if err != nil {
 		return nil, err
 	}
 	return &FileResult{Bytes: n}, nil
 }
 
-// copyFD copies src to dst until EOF; more than max bytes is ETOOBIG.
-func copyFD(dst, src int, max int64) (int64, error) {
+// copyMax copies src to dst until EOF; more than max bytes is ETOOBIG.
+func copyMax(dst io.Writer, src io.Reader, max int64) (int64, error) {
 	buf := make([]byte, 128<<10)
 	var n int64
 	for {
-		m, err := readFD(src, buf)
+		m, err := src.Read(buf)
 		if m > 0 {
 			if n+int64(m) > max {
 				return n, errTooBig("over the limit of %d bytes", max)
 			}
-			if err := writeFull(dst, buf[:m]); err != nil {
+			if _, err := dst.Write(buf[:m]); err != nil {
 				return n, err
 			}
 			n += int64(m)
 		}
+		if err == io.EOF {
+			return n, nil
+		}
 		if err != nil {
 			return n, err
-		}
-		if m == 0 {
-			return n, nil
 		}
 	}
 }
@@ -457,7 +502,7 @@ func (w fdWriter) Write(p []byte) (int, error) {
 // write replaces p atomically with at most max bytes read from in: a
 // temporary file in the same directory is filled, synced, given its mode
 // and renamed over p. Whatever fails, the temporary file is removed.
-func (w *fileWorker) write(p string, mode uint32, max int64, in int) (*FileResult, error) {
+func (w *fileWorker) write(p string, mode uint32, max int64, in io.Reader) (*FileResult, error) {
 	dir, name, err := w.openParent(p)
 	if err != nil {
 		return nil, err
@@ -487,7 +532,7 @@ func (w *fileWorker) write(p string, mode uint32, max int64, in int) (*FileResul
 			_ = unix.Unlinkat(dir, tmp, 0)
 		}
 	}()
-	n, err := copyFD(fd, in, max)
+	n, err := copyMax(fdWriter(fd), in, max)
 	if err != nil {
 		return nil, err
 	}

@@ -168,3 +168,107 @@ func TestFileErrInfo(t *testing.T) {
 		}
 	}
 }
+
+// TestFileWorkerStreams: the operations that move content do it over
+// framed streams (FileOp.Streams) as well as through a pipe: a write
+// larger than the window, its read back, a tar stream each way; an
+// operation that fails before reading resets the host's stream rather
+// than leave its writer waiting for credit.
+func TestFileWorkerStreams(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (uid 0) to change a thread's credentials")
+	}
+	hc, ac := pair(t)
+	serve(ac)
+	msgs := serve(hc)
+	a := NewAgent(ac, &Setup{UID: 4242, GID: 4343})
+	dir, err := os.MkdirTemp("", "moat-files-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chown(dir, 4242, 4343); err != nil {
+		t.Fatal(err)
+	}
+	id := uint64(0)
+	// do runs op with content in (to the agent) and returns what came
+	// out (from the agent) and the reply.
+	do := func(op *FileOp, in []byte) ([]byte, *Message, error) {
+		t.Helper()
+		id++
+		op.Streams = true
+		var out bytes.Buffer
+		copied := make(chan error, 1)
+		// The host opens its half before the request goes, and sends
+		// only after: the agent opens its own as the request arrives.
+		switch streams, toHost := FileStreams(op.Op); {
+		case !streams:
+			a.file(id, op, nil)
+			copied <- nil
+		case toHost:
+			r, err := hc.Streams().Reader(id, StreamFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a.file(id, op, nil)
+			go func() { _, err := out.ReadFrom(r); r.Close(); copied <- err }()
+		default:
+			w, err := hc.Streams().Writer(id, StreamFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a.file(id, op, nil)
+			go func() {
+				_, err := w.Write(in)
+				w.Close()
+				copied <- err
+			}()
+		}
+		m := waitMsg(t, msgs)
+		if m.Type != MsgFileDone || m.ID != id {
+			t.Fatalf("reply %+v", m)
+		}
+		err := <-copied
+		return out.Bytes(), m, err
+	}
+	content := bytes.Repeat([]byte("content "), StreamWindow/2)
+	p := filepath.Join(dir, "f")
+	if _, m, err := do(&FileOp{Op: FileWrite, Path: p, Max: 1 << 30}, content); err != nil || m.Error != nil || m.Result.Bytes != int64(len(content)) {
+		t.Fatalf("write: %v %+v", err, m)
+	}
+	if got, m, err := do(&FileOp{Op: FileRead, Path: p, Max: 1 << 30}, nil); err != nil || m.Error != nil || !bytes.Equal(got, content) {
+		t.Fatalf("read: %d bytes, %v %+v", len(got), err, m)
+	}
+	if _, m, _ := do(&FileOp{Op: FileRead, Path: p, Max: 10}, nil); m.Error == nil || m.Error.Errno != codeTooBig {
+		t.Fatalf("read over the limit: %+v", m)
+	}
+	archive, m, err := do(&FileOp{Op: FileTarOut, Path: p, Max: 1 << 30}, nil)
+	if err != nil || m.Error != nil {
+		t.Fatalf("tar_out: %v %+v", err, m)
+	}
+	sub := filepath.Join(dir, "sub")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(sub, 4242, 4343); err != nil {
+		t.Fatal(err)
+	}
+	if _, m, err := do(&FileOp{Op: FileTarIn, Path: sub, Max: 1 << 30}, archive); err != nil || m.Error != nil {
+		t.Fatalf("tar_in: %v %+v", err, m)
+	}
+	if got, err := os.ReadFile(filepath.Join(sub, "f")); err != nil || !bytes.Equal(got, content) {
+		t.Fatalf("extracted: %d bytes, %v", len(got), err)
+	}
+	// A write onto a directory fails before reading: the host's writer,
+	// with more than a window to send, is reset, not left waiting.
+	_, m, err = do(&FileOp{Op: FileWrite, Path: sub, Max: 1 << 30}, content)
+	if m.Error == nil || m.Error.Errno != "EISDIR" || !errors.Is(err, ErrStreamReset) {
+		t.Fatalf("write onto a directory: %v %+v", err, m.Error)
+	}
+	if r, w := hc.Streams().Open(); r+w != 0 {
+		t.Fatalf("host: %d readers, %d writers left open", r, w)
+	}
+	if r, w := ac.Streams().Open(); r+w != 0 {
+		t.Fatalf("agent: %d readers, %d writers left open", r, w)
+	}
+}

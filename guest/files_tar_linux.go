@@ -22,13 +22,13 @@ import (
 // are absolute or hold "..", device nodes, FIFOs and hard links that leave
 // the directory end the extraction with EBADTAR; setuid, setgid and sticky
 // bits are dropped. Entries before a refused one stay extracted.
-func (w *fileWorker) tarIn(p string, max int64, in int) (*FileResult, error) {
+func (w *fileWorker) tarIn(p string, max int64, in io.Reader) (*FileResult, error) {
 	ext, err := w.open(p, unix.O_PATH|unix.O_DIRECTORY)
 	if err != nil {
 		return nil, err
 	}
 	defer unix.Close(ext)
-	src := &eofWatch{r: fdReader(in)}
+	src := &eofWatch{r: in}
 	tr := tar.NewReader(src)
 	x := &extractor{ext: ext, max: max}
 	for count := 0; ; count++ {
@@ -60,7 +60,7 @@ func (w *fileWorker) tarIn(p string, max int64, in int) (*FileResult, error) {
 	}
 	// Writers pad archives past their end marker: read a little of that
 	// rather than make the host write into a closed pipe.
-	_, _ = io.Copy(io.Discard, io.LimitReader(fdReader(in), 1<<20))
+	_, _ = io.Copy(io.Discard, io.LimitReader(in, 1<<20))
 	return &FileResult{Bytes: x.total}, nil
 }
 
@@ -325,13 +325,13 @@ func setMtime(dir int, name string, flags int, t time.Time) {
 // descriptors. Entries are named from p's last component ("dir/",
 // "dir/a"…), so that extracting the stream into a directory recreates p
 // there. More than max bytes of file content is ETOOBIG.
-func (w *fileWorker) tarOut(p string, max int64, out int) (*FileResult, error) {
+func (w *fileWorker) tarOut(p string, max int64, out io.Writer) (*FileResult, error) {
 	dir, name, err := w.openParent(p)
 	if err != nil {
 		return nil, err
 	}
 	defer unix.Close(dir)
-	bw := bufio.NewWriterSize(fdWriter(out), 64<<10)
+	bw := bufio.NewWriterSize(out, 64<<10)
 	a := &archiver{w: w, tw: tar.NewWriter(bw), max: max}
 	if name == "" {
 		// The root itself: its entries, named relative to it.

@@ -2,35 +2,90 @@
 // inside every sandbox, starts the sandbox's processes, relays their output
 // streams and exit status, and its wire protocol with the host.
 //
-// Host and agent talk over one SOCK_SEQPACKET socket pair: each packet is
-// one JSON Message, and file descriptors (stdio pipes, detached mount trees,
-// a pty master) travel beside it as SCM_RIGHTS ancillary data. The host
-// never parses anything the sandbox's processes write to this socket: only
-// the agent holds it, and the agent's descriptors are never inherited.
+// # Transport
+//
+// Host and agent talk over one reliable, ordered connection (Conn). On
+// Linux it is a SOCK_SEQPACKET socket pair (NewConn): one frame per
+// packet, with file descriptors (the setup's mount trees, and in the
+// descriptor-passing mode stdio pipes and a pty master) beside it as
+// SCM_RIGHTS. A runtime without descriptor passing (a microVM's vsock or
+// virtio-serial port) uses a byte stream (NewStreamConn): the same frames
+// back to back, delimited by their headers, and every stream in frames.
+//
+// # Frames
+//
+// Every frame is a 16-byte header and a payload:
+//
+//	offset  size  field
+//	0       1     kind     1 control, 2 data, 3 end, 4 credit, 5 reset (FrameKind)
+//	1       1     stream   0 stdin, 1 stdout, 2 stderr, 3 pty, 4 file (Stream); 0 for control
+//	2       2     reserved zero
+//	4       4     length   of the payload, big-endian
+//	8       8     id       the process or file operation, big-endian; 0 for control
+//	16      …     payload  control: one JSON Message (1 byte to MaxMessage)
+//	                       data:    1 to MaxFrameData bytes of the stream
+//	                       credit:  4 bytes, big-endian: bytes granted (1 to StreamWindow)
+//	                       end, reset: none
+//
+// A receiver checks the whole header, and the length against its kind's
+// bounds, before it reads or keeps a payload; anything else is
+// ErrProtocol and ends the connection. Control messages are JSON Messages
+// (the types below); the Message's own ID says which process or file
+// operation it concerns, 0 being the sandbox itself.
+//
+// # Streams
+//
+// A stream is one direction of bytes of one ID: the host sends stdin
+// (and a pty's input), the agent stdout, stderr (and a pty's output), and
+// a file operation's content goes the way the operation moves it
+// (FileStreams). Its sender sends data frames and ends it with end; its
+// receiver grants credit and may reset it (it stops reading: a pipe's
+// EPIPE, and further data is dropped). Flow control is per stream: a
+// sender starts with StreamWindow bytes of credit and never has more
+// than its credit unconsumed at the receiver, which grants bytes back only
+// as its reader consumes them. A receiver thus holds at most StreamWindow
+// bytes of any stream, and the one goroutine that reads the connection
+// never waits for a consumer: a stalled stream holds up its own sender,
+// never control messages or other streams (Mux).
+//
+// Both ends open a stream's halves before anything can be sent on it:
+// the host before it sends the request (Exec.Streams, FileOp.Streams),
+// the agent while it handles the request, before it reads the next
+// frame. A frame for a stream that is not open is dropped, so neither
+// side can make the other allocate for streams it invents. The agent
+// ends a process's outputs once it has exited and they are drained: all
+// it wrote, and what a background child that keeps them open writes in
+// the next 100 ms. It ends a file operation's stream before its
+// file_done.
+//
+// The host never interprets what the sandbox's processes write: it is
+// payload of data frames, counted and copied to the caller. Only the agent
+// holds the connection, and its descriptors are never inherited.
 package guest
 
-import (
-	"encoding/json"
-	"errors"
-	"fmt"
-	"os"
-)
+import "errors"
 
 // MsgType names a protocol message.
 type MsgType string
 
 // Messages from host to agent.
 const (
-	// MsgSetup builds the sandbox root. FDs: one detached mount tree per
-	// Setup.Mounts entry, in order.
+	// MsgSetup builds the sandbox root. FDs: SetupFDs, in the order
+	// Setup.PackFDs gives them.
 	MsgSetup MsgType = "setup"
-	// MsgExec starts a process. FDs: stdin, stdout, stderr (none when TTY).
+	// MsgExec starts a process. FDs: stdin, stdout, stderr (none when
+	// TTY or Exec.Streams).
 	MsgExec MsgType = "exec"
 	// MsgSignal delivers a signal to a process's group.
 	MsgSignal MsgType = "signal"
 	// MsgFile asks for one file operation. FDs: one pipe end for the
-	// operations that stream (read, write, tar_in, tar_out).
+	// operations that stream (read, write, tar_in, tar_out), unless
+	// FileOp.Streams.
 	MsgFile MsgType = "file"
+	// MsgResize sets the terminal size of a process started with TTY and
+	// Exec.Streams (Message.Resize); without Streams the host holds the
+	// pty master and resizes it itself.
+	MsgResize MsgType = "resize"
 )
 
 // Messages from agent to host.
@@ -38,7 +93,8 @@ const (
 	// MsgReady says the root is built and hardened; Restrict reports the
 	// setup's restrictions when it had any.
 	MsgReady MsgType = "ready"
-	// MsgStarted says a process runs. FDs: the pty master when TTY.
+	// MsgStarted says a process runs. FDs: the pty master when TTY
+	// without Exec.Streams.
 	MsgStarted MsgType = "started"
 	// MsgExit carries a process's exit status.
 	MsgExit MsgType = "exit"
@@ -64,6 +120,14 @@ type Message struct {
 	Phases []Phase `json:"phases,omitempty"`
 	// Restrict (MsgReady) says how Setup.Restrict was applied.
 	Restrict *RestrictReport `json:"restrict,omitempty"`
+	// Resize (MsgResize) is the process's new terminal size.
+	Resize *WinSize `json:"resize,omitempty"`
+}
+
+// WinSize is a terminal's size in characters.
+type WinSize struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
 }
 
 // RestrictReport is the outcome of a setup's restrictions.
@@ -91,11 +155,10 @@ type Setup struct {
 	// UID and GID of the sandbox user (inside the user namespace).
 	UID int `json:"uid"`
 	GID int `json:"gid"`
-	// Mounts are host trees handed over as detached mounts (FDs, in order).
+	// Mounts are host trees handed over as detached mounts
+	// (SetupFDs.Trees, one each, in order).
 	Mounts []Mount `json:"mounts,omitempty"`
-	// CgroupJoinFDs is the number of descriptors after the mount trees:
-	// cgroup v1 "tasks" files the init's main thread writes "0" to, to
-	// move itself into the sandbox's cgroup.
+	// CgroupJoinFDs counts SetupFDs.CgroupJoin (set by PackFDs).
 	CgroupJoinFDs int `json:"cgroup_join_fds,omitempty"`
 	// CallCgroups: the last cgroup join descriptor (the pids hierarchy's
 	// "tasks") is kept by the agent, which moves its forking thread back
@@ -105,10 +168,8 @@ type Setup struct {
 	// MemoryWorkspace: /workspace is the root overlay's own directory
 	// (owned by the sandbox user) rather than a host tree.
 	MemoryWorkspace bool `json:"memory_workspace,omitempty"`
-	// Layers is the number of descriptors after the mount trees: the
-	// root overlay's lower layers, top first, each a detached idmapped
-	// read-only mount. The one after them is the scratch tmpfs (a
-	// detached mount holding "upper", "work" and "shm").
+	// Layers counts SetupFDs.Layers, the root overlay's lower layers
+	// (set by PackFDs).
 	Layers int `json:"layers"`
 	// HostSystem binds the host's system directories read-only and
 	// mounts the /etc overlay (EtcLayer over the host's /etc) on the root.
@@ -180,6 +241,15 @@ type Exec struct {
 	// so that the host can kill the call's whole tree, descendants that
 	// left its session included.
 	CallCgroup bool `json:"call_cgroup,omitempty"`
+	// Streams: the process's stdio travels in frames of this message's ID
+	// (no stdio descriptors): the agent sends StreamStdout and
+	// StreamStderr, or with TTY the pty's output on StreamPTY, and ends
+	// them (FrameEnd) once the process has exited and its output is
+	// drained; resizes come as MsgResize.
+	Streams bool `json:"streams,omitempty"`
+	// Stdin (with Streams): the host sends the process's input on
+	// StreamStdin, or StreamPTY with TTY. Without it the input is empty.
+	Stdin bool `json:"stdin,omitempty"`
 }
 
 // SecretFile is one secret's value for a process.
@@ -207,16 +277,28 @@ type Exit struct {
 
 // File operations (FileOp.Op).
 const (
-	FileRead   = "read"    // Path; FD: pipe write end the content goes to (≤ Max)
-	FileWrite  = "write"   // Path, Mode; FD: pipe read end the content comes from (≤ Max)
+	FileRead   = "read"    // Path; stream to the host: the content (≤ Max)
+	FileWrite  = "write"   // Path, Mode; stream from the host: the content (≤ Max)
 	FileList   = "list"    // Path
 	FileStat   = "stat"    // Path
 	FileMkdir  = "mkdir"   // Path, Mode, Recursive (parents)
 	FileRemove = "remove"  // Path, Recursive
 	FileMove   = "move"    // Path → To
-	FileTarIn  = "tar_in"  // Path (directory); FD: pipe read end of a tar stream (≤ Max unpacked)
-	FileTarOut = "tar_out" // Path; FD: pipe write end for a tar stream (≤ Max of content)
+	FileTarIn  = "tar_in"  // Path (directory); stream from the host: a tar archive (≤ Max unpacked)
+	FileTarOut = "tar_out" // Path; stream to the host: a tar archive (≤ Max of content)
 )
+
+// FileStreams reports whether operation op moves a stream of content,
+// and its direction.
+func FileStreams(op string) (streams, toHost bool) {
+	switch op {
+	case FileRead, FileTarOut:
+		return true, true
+	case FileWrite, FileTarIn:
+		return true, false
+	}
+	return false, false
+}
 
 // FileOp is one file operation inside the sandbox.
 type FileOp struct {
@@ -226,6 +308,11 @@ type FileOp struct {
 	Mode      uint32 `json:"mode,omitempty"`
 	Recursive bool   `json:"recursive,omitempty"`
 	Max       int64  `json:"max,omitempty"`
+	// Streams: the operation's content travels as StreamFile frames of
+	// the message's ID rather than through a pipe end passed with it.
+	// The agent ends the stream (FrameEnd, or FrameReset for one it
+	// reads) before it answers.
+	Streams bool `json:"streams,omitempty"`
 }
 
 // FileResult is what a file operation returns.
@@ -258,7 +345,8 @@ type ErrInfo struct {
 
 func (e *ErrInfo) Error() string { return e.Stage + ": " + e.Message }
 
-// MaxMessage is the largest packet either side sends or accepts.
+// MaxMessage is the largest control message (its JSON) either side sends
+// or accepts.
 const MaxMessage = 1 << 20
 
 // MaxFDs is the most descriptors one packet carries.
@@ -266,30 +354,3 @@ const MaxFDs = 64
 
 // ErrTooLarge is returned for a message over MaxMessage.
 var ErrTooLarge = errors.New("protocol message too large")
-
-// Conn is one end of the host↔agent socket.
-type Conn struct {
-	f    *os.File
-	buf  []byte
-	oob  []byte
-	last []byte // the message just received
-}
-
-// NewConn wraps a connected SOCK_SEQPACKET socket.
-func NewConn(f *os.File) *Conn {
-	return &Conn{f: f}
-}
-
-// Close closes the socket.
-func (c *Conn) Close() error { return c.f.Close() }
-
-func encode(name string, v any) ([]byte, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("encode %s: %w", name, err)
-	}
-	if len(b) > MaxMessage {
-		return nil, fmt.Errorf("%s: %w (%d bytes)", name, ErrTooLarge, len(b))
-	}
-	return b, nil
-}

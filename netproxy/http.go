@@ -260,15 +260,16 @@ func (e *Endpoint) forward(sandbox string, c *sniffConn, br *bufio.Reader, bw *b
 	dialled := addr
 	mu.Unlock()
 	e.emitAllow(t, dialled)
-	down, ok := writeResponse(bw, resp, req.Method, keep)
+	down, ok := writeResponse(bw, resp, req.Method, keep, &e.p.bufs)
 	resp.Body.Close()
 	e.emitClose(t, dialled, body.count(), down, start)
 	return ok && reusable()
 }
 
-// writeResponse writes resp to the client and returns the body bytes
-// written and whether the connection may be kept alive.
-func writeResponse(bw *bufio.Writer, resp *http.Response, method string, keep bool) (int64, bool) {
+// writeResponse writes resp to the client, copying its body with a buffer
+// of bufs, and returns the body bytes written and whether the connection
+// may be kept alive.
+func writeResponse(bw *bufio.Writer, resp *http.Response, method string, keep bool, bufs *bufPool) (int64, bool) {
 	h := resp.Header
 	removeHopHeaders(h)
 	bodyless := method == http.MethodHead || resp.StatusCode/100 == 1 ||
@@ -307,7 +308,9 @@ func writeResponse(bw *bufio.Writer, resp *http.Response, method string, keep bo
 	if bodyless {
 		return 0, keep
 	}
-	n, err := copyBody(bw, resp.Body, chunked)
+	buf := bufs.get()
+	n, err := copyBody(bw, resp.Body, chunked, *buf)
+	bufs.put(buf)
 	if err != nil {
 		return n, false
 	}
@@ -325,10 +328,9 @@ func writeResponse(bw *bufio.Writer, resp *http.Response, method string, keep bo
 	return n, keep
 }
 
-// copyBody copies a response body to the client, flushing after every read
-// so that streamed responses flow.
-func copyBody(bw *bufio.Writer, body io.Reader, chunked bool) (int64, error) {
-	buf := make([]byte, 256<<10)
+// copyBody copies a response body to the client through buf, flushing
+// after every read so that streamed responses flow.
+func copyBody(bw *bufio.Writer, body io.Reader, chunked bool, buf []byte) (int64, error) {
 	var n int64
 	for {
 		m, rerr := body.Read(buf)

@@ -93,6 +93,7 @@ type Proxy struct {
 	cfg      Config
 	log      *slog.Logger
 	resolver *net.Resolver
+	bufs     bufPool // copy buffers of every endpoint's relays and forwarded bodies
 
 	hostMu  sync.Mutex
 	hostAt  time.Time

@@ -95,7 +95,7 @@ func (e *Endpoint) relay(t *target, client net.Conn, pending []byte, up net.Conn
 	downDone := make(chan struct{})
 	go func() {
 		defer close(downDone)
-		n, err := io.Copy(client, up)
+		n, err := e.p.bufs.copyConn(client, up)
 		down = n
 		if err != nil {
 			client.Close()
@@ -124,7 +124,7 @@ func (e *Endpoint) relay(t *target, client net.Conn, pending []byte, up net.Conn
 	if err == nil {
 		upBytes = int64(len(head))
 		var n int64
-		n, err = io.Copy(up, client)
+		n, err = e.p.bufs.copyConn(up, client)
 		upBytes += n
 	}
 	if err != nil {

@@ -74,45 +74,6 @@ type Result struct {
 	Enforcement *Enforcement `json:"enforcement,omitempty"`
 }
 
-// Enforcement reports the protections in effect for a sandbox (or, from
-// Runtime.Enforcement, those the host can provide).
-type Enforcement struct {
-	Runtime string `json:"runtime"`
-	// Limits in force (zero: none); Cgroup names the hierarchy used.
-	Limits Limits `json:"limits"`
-	Cgroup string `json:"cgroup,omitempty"`
-	// Namespaces in effect: user, mount, pid, net, ipc, uts, cgroup.
-	Namespaces []string `json:"namespaces"`
-	// UIDRange is "inside:host:count" of the user namespace mapping.
-	UIDRange string `json:"uid_map,omitempty"`
-	// User is the uid the command runs as inside the sandbox.
-	User int `json:"user"`
-	// WorkspaceIDMap is how workspace ownership is translated: "idmapped",
-	// "owned" (the sandbox owns an in-memory workspace) or "none".
-	WorkspaceIDMap string `json:"workspace_idmap,omitempty"`
-	Seccomp        string `json:"seccomp"`
-	// LandlockABI is the Landlock ABI version whose rights are enforced.
-	LandlockABI  int    `json:"landlock_abi"`
-	NoNewPrivs   bool   `json:"no_new_privs"`
-	Capabilities string `json:"capabilities"`
-	Network      string `json:"network"`
-	PivotRoot    bool   `json:"pivot_root"`
-	// RootFS describes the root filesystem: an overlay of read-only
-	// idmapped layers (template, snapshots) under a private upper layer.
-	RootFS     string `json:"rootfs,omitempty"`
-	MaskedProc bool   `json:"masked_proc"`
-	// CallTree says what a call's timeout or cancel kills in this
-	// sandbox: the whole sandbox (one-shot), the call's cgroup (every
-	// descendant), or its process group only.
-	CallTree string `json:"call_tree,omitempty"`
-	// Restricted counts the Spec.Restrict entries in force (a path under
-	// a hidden directory counts: it is covered by it). RestrictSkipped
-	// lists the paths that did not exist when the sandbox was set up, so
-	// nothing protects them.
-	Restricted      int      `json:"restricted,omitempty"`
-	RestrictSkipped []string `json:"restrict_skipped,omitempty"`
-}
-
 // Sentinel errors that callers branch on.
 var (
 	// ErrUnsupported: the host cannot enforce a protection the spec needs.

@@ -394,9 +394,10 @@ func (s *Service) answerApproval(ctx context.Context, c Caller, in *input) (any,
 	if err != nil {
 		return nil, err
 	}
-	in.recorded = true
-	s.record(audit.Event{Kind: "approval.answer", Tenant: c.Tenant, Actor: c.Actor, Sandbox: info.Sandbox, Decision: req.Decision,
+	// An answer is recorded as approval.answer, with the approver's
+	// decision (a failed call as approvals.answer).
+	in.rec.ev = audit.Event{Kind: "approval.answer", Sandbox: info.Sandbox, Decision: req.Decision,
 		Rule: ruleWithSource(info.Rule, info.Source), Request: mustJSON(map[string]string{"approval": info.ID, "request": info.Request}),
-		Result: mustJSON(map[string]string{"state": info.State, "scope": info.Scope, "comment": info.Comment})})
+		Result: mustJSON(map[string]string{"state": info.State, "scope": info.Scope, "comment": info.Comment})}
 	return &info, nil
 }

@@ -20,9 +20,8 @@ import (
 // (sandbox.Files): paths are the sandbox's own, resolved beneath its root
 // by the kernel; nothing here opens a sandbox path on the host.
 
-// fileOp runs f on the sandbox named by id and records it in the audit
-// tape with the request (as auditRequest keeps it) and the result summary
-// f returns.
+// fileOp runs f on the sandbox named by id; its audit record (written by
+// the dispatcher) keeps the result summary f returns.
 //
 // Before f runs, the policy judges the paths the operation names (see
 // judgePaths): write says whether it changes them. A refusal is recorded
@@ -38,20 +37,11 @@ func (s *Service) fileOp(ctx context.Context, c Caller, in *input, kind, id stri
 	if err == nil {
 		resp, summary, err = f(ctx, m, m.box().Files())
 	}
-	in.recorded = true
-	ev := audit.Event{Kind: kind, Tenant: c.Tenant, Actor: c.Actor, Sandbox: id, Decision: audit.DecisionAllow, Request: mustJSON(auditRequest(in.req))}
+	// The operation was tried: allowed, unless refused.
+	in.rec.ev.Kind, in.rec.ev.Sandbox, in.rec.ev.Decision = kind, id, audit.DecisionAllow
 	if summary != nil {
-		ev.Result = mustJSON(summary)
+		in.rec.ev.Result = mustJSON(summary)
 	}
-	if err != nil {
-		err = apiError(err)
-		ev.Error = err.Error()
-		if d := decisionOf(err); d != "" {
-			ev.Decision = d
-		}
-	}
-	withVerdicts(&ev, in.verdicts)
-	s.record(ev)
 	return resp, err
 }
 

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/moat-sandbox/moat/admit"
 	"github.com/moat-sandbox/moat/api"
@@ -187,35 +186,29 @@ func (b *netBinding) get() *managed {
 	return b.m.Load()
 }
 
-// setNetwork is sandbox.network: it replaces a running sandbox's network
-// and records the change (previous and new network, who) as an audit
-// event of that name.
+// setNetwork is sandbox.network: it replaces a running sandbox's network;
+// the call's audit record keeps the change (previous and new network).
 func (s *Service) setNetwork(ctx context.Context, c Caller, in *input) (any, error) {
 	req, err := decode[api.SetNetwork](in)
 	if err != nil {
 		return nil, err
 	}
-	in.recorded = true
-	start := time.Now()
-	ev := audit.Event{Kind: api.OpSandboxNetwork, Tenant: c.Tenant, Actor: c.Actor, Sandbox: req.Sandbox,
-		Request: mustJSON(map[string]any{"mode": req.Mode, "allow_domains": req.AllowDomains, "deny_domains": req.DenyDomains})}
+	ev := &in.rec.ev
+	ev.Request = mustJSON(map[string]any{"mode": req.Mode, "allow_domains": req.AllowDomains, "deny_domains": req.DenyDomains})
 	prev, out, err := s.changeNetwork(ctx, c, req)
-	ev.DurationMs = time.Since(start).Milliseconds()
 	res := map[string]any{}
 	if prev != nil {
 		res["previous"] = prev
 	}
 	if err != nil {
 		ae := apiError(err).(*api.Error)
-		ev.Decision, ev.Error, ev.Rule = decisionOf(ae), ae.Error(), ruleWithSource(ae.Rule, ae.Source)
+		ev.Rule = ruleWithSource(ae.Rule, ae.Source)
 	} else {
-		ev.Decision = audit.DecisionAllow
 		res["network"] = out
 	}
 	if len(res) > 0 {
 		ev.Result = mustJSON(res)
 	}
-	s.record(ev)
 	if err != nil {
 		return nil, err
 	}

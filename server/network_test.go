@@ -52,10 +52,8 @@ func TestNetworkCreateChecks(t *testing.T) {
 	if r.status != http.StatusCreated || !strings.HasPrefix(sb.Enforcement.Network, "open") || sb.Network.Mode != "open" {
 		t.Fatalf("open with the managed permission: %d %s", r.status, r.body)
 	}
-	for _, ns := range sb.Enforcement.Namespaces {
-		if ns == "net" {
-			t.Errorf("mode open has a network namespace of its own: %v", sb.Enforcement.Namespaces)
-		}
+	if _, ok := sb.Enforcement.Lookup("net_namespace"); ok {
+		t.Errorf("mode open has a network namespace of its own: %+v", sb.Enforcement.Protections)
 	}
 }
 

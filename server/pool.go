@@ -102,6 +102,12 @@ func (ps *pools) fill(p *pool) {
 				continue
 			}
 			backoff = 100 * time.Millisecond
+			if _, ok := sb.(sandbox.Claimable); !ok {
+				// It could never be handed out: no pool for this runtime.
+				_ = sb.Shutdown(context.Background())
+				ps.s.log.Error("warm pool disabled: the runtime's sandboxes cannot be claimed", "template", p.cfg.Template)
+				return
+			}
 			p.mu.Lock()
 			select {
 			case <-ps.stop:

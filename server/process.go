@@ -300,8 +300,9 @@ func (s *Service) exec(ctx context.Context, c Caller, in *input) (any, error) {
 		}
 		ans.res = res
 	}
-	rerr := s.finishCallRef(c, m, callID, "process.exec", req, in.verdicts, res, err, time.Since(start), ref, pv)
-	in.recorded = true
+	rerr := in.rec.durable(func() error {
+		return s.finishCallRef(c, m, callID, "process.exec", req, in.verdicts, res, err, time.Since(start), ref, pv)
+	})
 	if err != nil && !isSetupOnly(err) {
 		return nil, err
 	}
@@ -413,8 +414,9 @@ func (s *Service) start(ctx context.Context, c Caller, in *input) (any, error) {
 	if err != nil {
 		pr.stdin.Close()
 		s.out.releaseLog(pr.log)
-		s.finishCall(c, m, pr.callID, "process.start", req, in.verdicts, nil, err, time.Since(pr.started))
-		in.recorded = true
+		in.rec.durable(func() error {
+			return s.finishCall(c, m, pr.callID, "process.start", req, in.verdicts, nil, err, time.Since(pr.started))
+		})
 		return nil, err
 	}
 	pr.id, pr.p = handle.ID(), handle
@@ -426,8 +428,7 @@ func (s *Service) start(ctx context.Context, c Caller, in *input) (any, error) {
 	startEv := audit.Event{Kind: "process.start", Tenant: c.Tenant, Actor: c.Actor, Sandbox: m.info.ID, Call: pr.callID,
 		Decision: audit.DecisionAllow, Request: mustJSON(requestSummary(req)), Result: mustJSON(map[string]uint64{"process": pr.id})}
 	withVerdicts(&startEv, in.verdicts)
-	rerr := s.recordNow(startEv)
-	in.recorded = true
+	rerr := in.rec.durable(func() error { return s.recordNow(startEv) })
 	s.tasks.Add(1)
 	go func() {
 		defer s.tasks.Done()
@@ -605,9 +606,9 @@ func (s *Service) signalProc(ctx context.Context, c Caller, in *input) (any, err
 		return nil, err
 	}
 	err = p.p.Signal(sig)
-	s.record(audit.Event{Kind: "process.signal", Tenant: c.Tenant, Actor: c.Actor, Sandbox: m.info.ID, Call: p.callID,
-		Decision: audit.DecisionAllow, Request: mustJSON(map[string]any{"process": p.id, "signal": unix.SignalName(sig)}), Error: errString(err)})
-	in.recorded = true
+	// The signal was sent, or tried: allowed, whatever came of it.
+	in.rec.ev = audit.Event{Sandbox: m.info.ID, Call: p.callID, Decision: audit.DecisionAllow,
+		Request: mustJSON(map[string]any{"process": p.id, "signal": unix.SignalName(sig)}), Error: errString(err)}
 	if err != nil {
 		return nil, err
 	}
@@ -655,9 +656,8 @@ func (s *Service) stdinProc(ctx context.Context, c Caller, in *input) (any, erro
 	if err := p.stdin.write(data, req.EOF); err != nil {
 		return nil, err
 	}
-	s.record(audit.Event{Kind: "process.stdin", Tenant: c.Tenant, Actor: c.Actor, Sandbox: m.info.ID, Call: p.callID,
-		Decision: audit.DecisionAllow, Request: mustJSON(map[string]any{"process": p.id, "bytes": len(data), "eof": req.EOF})})
-	in.recorded = true
+	in.rec.ev = audit.Event{Sandbox: m.info.ID, Call: p.callID,
+		Request: mustJSON(map[string]any{"process": p.id, "bytes": len(data), "eof": req.EOF})}
 	return &api.OK{OK: true}, nil
 }
 

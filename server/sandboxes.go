@@ -169,19 +169,12 @@ func (s *Service) createSandbox(ctx context.Context, c Caller, in *input) (any, 
 	if err != nil {
 		return nil, err
 	}
-	start := time.Now()
-	in.recorded = true
-	ev := audit.Event{Kind: "sandbox.create", Tenant: c.Tenant, Actor: c.Actor, Request: mustJSON(req)}
 	sb, err := s.doCreate(ctx, c, req)
-	ev.DurationMs = time.Since(start).Milliseconds()
 	if err != nil {
-		ev.Decision, ev.Error = decisionOf(err), err.Error()
-		s.record(ev)
 		return nil, err
 	}
-	ev.Decision, ev.Sandbox = audit.DecisionAllow, sb.ID
-	ev.Result = mustJSON(map[string]any{"id": sb.ID, "limits": sb.Enforcement.Limits, "policy": sb.Policy})
-	s.record(ev)
+	in.rec.ev.Sandbox = sb.ID
+	in.rec.ev.Result = mustJSON(map[string]any{"id": sb.ID, "limits": sb.Enforcement.Limits, "policy": sb.Policy})
 	return sb, nil
 }
 
@@ -340,7 +333,7 @@ func (s *Service) launch(ctx context.Context, c Caller, req *api.CreateSandbox, 
 
 // sandboxEnforcement is what the runtime reports for sb.
 func sandboxEnforcement(sb sandbox.Sandbox, rt sandbox.Runtime) *sandbox.Enforcement {
-	if e, ok := sb.(interface{ Enforcement() sandbox.Enforcement }); ok {
+	if e, ok := sb.(sandbox.EnforcementReporter); ok {
 		v := e.Enforcement()
 		return &v
 	}
@@ -367,10 +360,12 @@ func (s *Service) watch(m *managed) {
 	}
 }
 
-// end stops a sandbox once: kills it, records why, and removes it from
-// the live set. Later calls wait for the first to finish.
-func (s *Service) end(ctx context.Context, m *managed, reason string, c Caller) {
+// end stops a sandbox once: kills it, records why (sandbox.end, with c's
+// actor), and removes it from the live set. Later calls wait for the
+// first to finish; ended says whether this call was the first.
+func (s *Service) end(ctx context.Context, m *managed, reason string, c Caller) (ended bool) {
 	m.endOnce.Do(func() {
+		ended = true
 		m.mu.Lock()
 		m.ended = true
 		m.info.State, m.info.EndReason = api.StateStopped, reason
@@ -403,6 +398,7 @@ func (s *Service) end(ctx context.Context, m *managed, reason string, c Caller) 
 		}
 	})
 	<-m.endDone
+	return ended
 }
 
 func (s *Service) getSandbox(ctx context.Context, c Caller, in *input) (any, error) {
@@ -475,8 +471,9 @@ func (s *Service) deleteSandbox(ctx context.Context, c Caller, in *input) (any, 
 		// Deleting a stopped sandbox again answers its record.
 		return s.getSandbox(ctx, c, in)
 	}
-	s.end(ctx, m, api.EndDeleted, c)
-	in.recorded = true // the end is recorded as sandbox.end
+	if s.end(ctx, m, api.EndDeleted, c) {
+		in.rec.instead() // the call's record is the sandbox.end that end wrote
+	}
 	info := m.view()
 	return &info, nil
 }

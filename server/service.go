@@ -286,7 +286,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("server: reconcile calls: %w", err)
 	}
-	if r, ok := s.cfg.Runtime.(interface{ Reclaim() (int, error) }); ok {
+	if r, ok := s.cfg.Runtime.(sandbox.Reclaimer); ok {
 		n, err := r.Reclaim()
 		if err != nil {
 			return fmt.Errorf("server: reclaim leftovers: %w", err)
@@ -366,26 +366,40 @@ type input struct {
 	// headers of an NDJSON answer); nil when there is nothing to start.
 	open func()
 
-	// req is the decoded request (for the audit record of a call that
-	// records nothing itself); recorded says the operation wrote its own
-	// audit event.
-	req      any
-	recorded bool
+	// req is the decoded request (for the call's audit record).
+	req any
+	// rec is the call's audit record, which Service.call writes (see
+	// callRecord).
+	rec callRecord
 	// verdicts are the policy's decisions on the call.
 	verdicts []verdict
 }
 
 type handler func(ctx context.Context, c Caller, in *input) (any, error)
 
-// call runs operation name for c and accounts for it in the metrics.
-func (s *Service) call(ctx context.Context, c Caller, name string, in *input) (any, error) {
+// errPanicked is the outcome recorded for a call whose handler panicked
+// (the panic goes on).
+var errPanicked = &api.Error{Code: api.CodeInternal, Message: "the operation failed unexpectedly"}
+
+// call runs operation name for c, accounts for it in the metrics and
+// writes its audit record (callRecord): every call leaves one, reads and
+// calls refused before they did anything (bad input, not found, busy…)
+// included, once the handler has returned, or panicked.
+func (s *Service) call(ctx context.Context, c Caller, name string, in *input) (resp any, err error) {
 	h, ok := s.ops[name]
 	if !ok {
 		return nil, api.Errorf(api.CodeNotFound, "no operation %q", name)
 	}
 	start := time.Now()
-	var resp any
-	var err error
+	returned := false
+	defer func() {
+		if !returned {
+			err = errPanicked
+		}
+		took := time.Since(start)
+		s.metrics.observeCall(name, err, took)
+		s.recordCall(c, name, in, err, took)
+	}()
 	if gated[name] {
 		// New work waits for a disk that takes its records (durable.go).
 		err = s.writable()
@@ -393,21 +407,8 @@ func (s *Service) call(ctx context.Context, c Caller, name string, in *input) (a
 	if err == nil {
 		resp, err = h(ctx, c, in)
 	}
-	err = apiError(err)
-	took := time.Since(start)
-	s.metrics.observeCall(name, err, took)
-	if !in.recorded {
-		// Every call leaves an audit event: reads, and calls refused
-		// before they did anything (bad input, not found, busy…).
-		ev := audit.Event{Kind: name, Tenant: c.Tenant, Actor: c.Actor, Decision: audit.DecisionAllow,
-			Sandbox: sandboxOf(in.req), Request: mustJSON(auditRequest(in.req)), DurationMs: took.Milliseconds()}
-		if err != nil {
-			ev.Decision, ev.Error = decisionOf(err), err.Error()
-		}
-		withVerdicts(&ev, in.verdicts)
-		s.record(ev)
-	}
-	return resp, err
+	returned = true
+	return resp, apiError(err)
 }
 
 // defaultHome is the daemon's home: $HOME, else its user's home, else "/".

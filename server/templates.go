@@ -35,7 +35,7 @@ func rootfsError(err error) error {
 		return api.Errorf(api.CodeInvalidArgument, "%v", err)
 	case errors.Is(err, templates.ErrQuota): // before ErrLimit, which it may wrap
 		return api.Errorf(api.CodeStorage, "%v", err)
-	case errors.Is(err, fstree.ErrLimit):
+	case errors.Is(err, fstree.ErrLimit), errors.Is(err, sandbox.ErrDiffLimit):
 		return api.Errorf(api.CodeTooLarge, "%v", err)
 	case errors.Is(err, sandbox.ErrNoFreezer):
 		return api.Errorf(api.CodeUnimplemented, "%v", err)
@@ -132,7 +132,7 @@ func (s *Service) createSnapshot(ctx context.Context, c Caller, in *input) (any,
 		return nil, err
 	}
 	defer done()
-	capt, ok := m.box().(sandbox.Capturer)
+	exp, ok := m.box().(sandbox.DiffExporter)
 	if !ok {
 		return nil, api.Errorf(api.CodeUnimplemented, "this runtime cannot capture a sandbox's filesystem")
 	}
@@ -142,7 +142,7 @@ func (s *Service) createSnapshot(ctx context.Context, c Caller, in *input) (any,
 	m.rootMu.Lock()
 	defer m.rootMu.Unlock()
 	start := time.Now()
-	sn, err := s.cfg.Layers.Capture(ctx, capt, m.lineage, templates.CaptureInfo{
+	sn, err := s.cfg.Layers.Capture(ctx, exp, m.lineage, templates.CaptureInfo{
 		Sandbox: m.info.ID, Tenant: m.tenant, Processes: s.processState(ctx), Quota: s.cfg.SnapshotQuota})
 	if err != nil {
 		if errors.Is(err, templates.ErrQuota) {
@@ -302,11 +302,15 @@ func (s *Service) forkSnapshot(ctx context.Context, c Caller, in *input) (any, e
 	if _, err := s.tenantSnapshot(c, req.Snapshot); err != nil {
 		return nil, err
 	}
-	in.recorded = true // each sandbox's create is recorded
 	one := req.Sandbox
 	one.Snapshot = req.Snapshot
 	out := make([]*api.Sandbox, req.Count)
 	errs := make([]error, req.Count)
+	// The fork's record is the sandbox.create of each sandbox, each with
+	// the time it ended (on a failed fork the rollback's sandbox.end
+	// events come first on the tape).
+	evs := make([]audit.Event, req.Count)
+	defer func() { in.rec.instead(evs...) }()
 	var wg sync.WaitGroup
 	for i := range req.Count {
 		wg.Add(1)
@@ -314,15 +318,15 @@ func (s *Service) forkSnapshot(ctx context.Context, c Caller, in *input) (any, e
 			defer wg.Done()
 			r := one
 			start := time.Now()
-			ev := audit.Event{Kind: "sandbox.create", Tenant: c.Tenant, Actor: c.Actor, Request: mustJSON(&r)}
+			ev := audit.Event{Kind: "sandbox.create", Request: mustJSON(&r)}
 			out[i], errs[i] = s.doCreate(ctx, c, &r)
-			ev.DurationMs = time.Since(start).Milliseconds()
+			ev.Time, ev.DurationMs = time.Now().UTC(), time.Since(start).Milliseconds()
 			if errs[i] != nil {
 				ev.Decision, ev.Error = decisionOf(errs[i]), errs[i].Error()
 			} else {
 				ev.Decision, ev.Sandbox = audit.DecisionAllow, out[i].ID
 			}
-			s.record(ev)
+			evs[i] = ev
 		}()
 	}
 	wg.Wait()

@@ -7,15 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path"
 	"path/filepath"
 	"sort"
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/moat-sandbox/moat/fstree"
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
@@ -55,32 +51,20 @@ type Snapshot struct {
 	Processes string `json:"processes"`
 }
 
-// fileID identifies a file of an upper layer at a capture: what any change
-// to its content or metadata (which moves ctime) or its replacement would
-// alter.
-type fileID struct {
-	ino, size  uint64
-	ctime      int64
-	mode, uid  uint32
-	gid, nlink uint32
-}
-
-func idOf(st *unix.Stat_t) fileID {
-	return fileID{ino: st.Ino, size: uint64(st.Size), ctime: st.Ctim.Nano(), mode: uint32(st.Mode),
-		uid: st.Uid, gid: st.Gid, nlink: uint32(st.Nlink)}
-}
-
 // Lineage is what a live sandbox's next capture is relative to: the
-// snapshot its upper layer's changes are layered on, and the state of the
-// upper layer when that snapshot was taken from it (nil when the upper
-// layer was empty then: a sandbox fresh from a template or a snapshot).
-// A control plane keeps one per sandbox; it is not safe for concurrent use.
+// snapshot its changes are layered on, and the runtime's mark of the
+// export that snapshot was taken by (0 when there was none since the
+// sandbox was made: a sandbox fresh from a template or a snapshot; see
+// sandbox.DiffOptions.Since). The runtime keeps what it needs to export
+// only the changes since that mark. A control plane keeps one per sandbox
+// instance (a restored sandbox is a new instance, with a new lineage); it
+// is not safe for concurrent use.
 type Lineage struct {
 	Template      string
 	TemplateLayer string
 	Parent        string
 	depth         int
-	manifest      map[string]fileID
+	since         uint64
 }
 
 // NewLineage is the lineage of a sandbox made from template t, or from
@@ -107,8 +91,9 @@ type CaptureInfo struct {
 	Sandbox, Tenant string
 	// Processes is the snapshot's Processes (see ProcessState).
 	Processes string
-	// Limits bound what the capture may write (zero: fstree's defaults).
-	Limits fstree.Limits
+	// Limits bound what the capture may write (zero: the runtime's
+	// defaults).
+	Limits sandbox.DiffLimits
 	// Quota caps what the tenant's snapshots together cost in the store
 	// (Snapshot.Cost); 0 means no quota. A capture that would pass it
 	// fails with ErrQuota and stores nothing.
@@ -162,12 +147,13 @@ func sizeString(n int64) string {
 	return fmt.Sprintf("%d bytes (%.1f %s)", n, v, suffix)
 }
 
-// Capture pauses the sandbox c, copies what changed in its upper layer
-// since l's last capture into a new snapshot layered on l.Parent, resumes
-// the sandbox and advances l. Only changed files are copied; deletions
-// become whiteouts and a re-created directory an opaque one, so a chain of
-// small steps stays small.
-func (s *Store) Capture(ctx context.Context, c sandbox.Capturer, l *Lineage, info CaptureInfo) (*Snapshot, error) {
+// Capture has the sandbox c export what changed in its root filesystem
+// since l's last capture (c pauses its processes meanwhile; see
+// sandbox.DiffExporter) into the store's staging area, stores it as a new
+// snapshot layered on l.Parent and advances l. A refused or failed capture
+// stores nothing and leaves l as it was, so the next capture covers its
+// changes too.
+func (s *Store) Capture(ctx context.Context, c sandbox.DiffExporter, l *Lineage, info CaptureInfo) (*Snapshot, error) {
 	var parent *Snapshot
 	if l.Parent != "" {
 		p, err := s.Snapshot(l.Parent)
@@ -176,8 +162,8 @@ func (s *Store) Capture(ctx context.Context, c sandbox.Capturer, l *Lineage, inf
 		}
 		parent = p
 	}
-	// The quota, before anything is paused or copied (checked again
-	// while copying, and under the store lock at the end).
+	// The quota, before anything is paused or copied (enforced again by
+	// the runtime while it writes, and under the store lock at the end).
 	limits := info.Limits
 	var used int64
 	if info.Quota > 0 {
@@ -202,52 +188,27 @@ func (s *Store) Capture(ctx context.Context, c sandbox.Capturer, l *Lineage, inf
 	if err := os.Mkdir(tree, 0o755); err != nil {
 		return nil, err
 	}
-	var (
-		st       *fstree.Stats
-		seen     map[string]fileID
-		changes  []string
-		nWhiteo  int
-		captured time.Time
-	)
-	err = c.Capture(ctx, func(upper *os.File, idBase uint32) error {
-		captured = time.Now().UTC()
-		seen = map[string]fileID{}
-		opt := fstree.Options{
-			Limits:  limits,
-			Overlay: true,
-			MapID:   shiftIDs(idBase),
-			Seen:    func(rel string, st *unix.Stat_t) { seen[rel] = idOf(st) },
-		}
-		if l.manifest != nil {
-			opt.Filter = func(rel string, st *unix.Stat_t) bool {
-				old, ok := l.manifest[rel]
-				return !ok || old != idOf(st)
-			}
-		}
-		var err error
-		st, err = fstree.CopyDir(ctx, fmt.Sprintf("/proc/self/fd/%d/.", upper.Fd()), tree, opt)
-		if err != nil {
-			return err
-		}
-		changes, nWhiteo, err = diffMarkers(tree, l.manifest, seen)
-		return err
-	})
+	captured := time.Now().UTC()
+	st, err := c.ExportDiff(ctx, tree, sandbox.DiffOptions{Since: l.since, Limits: limits})
 	if err != nil {
-		if info.Quota > 0 && errors.Is(err, fstree.ErrDiskLimit) && limits.MaxDiskBytes == info.Quota-used {
+		if info.Quota > 0 && errors.Is(err, sandbox.ErrDiffDiskLimit) && limits.MaxDiskBytes == info.Quota-used {
 			return nil, quotaError(info.Tenant, used, info.Quota, limits.MaxDiskBytes, true)
 		}
 		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	if !validDigest(st.Digest) {
+		return nil, fmt.Errorf("snapshot: the runtime's export has digest %q, not sha256:<hex>", st.Digest)
 	}
 	parentDigest := ""
 	if parent != nil {
 		parentDigest = parent.Digest
 	}
-	sum := sha256.Sum256([]byte("moat-snapshot-1\n" + info.Tenant + "\n" + parentDigest + "\n" + l.TemplateLayer + "\n" + st.Digest + "\n" + strings.Join(changes, "\n")))
+	sum := sha256.Sum256([]byte("moat-snapshot-2\n" + info.Tenant + "\n" + parentDigest + "\n" + l.TemplateLayer + "\n" + st.Digest))
 	digest := "sha256:" + hex.EncodeToString(sum[:])
 	sn := &Snapshot{
 		ID: "snap-" + hex.EncodeToString(sum[:])[:20], Digest: digest, Parent: l.Parent,
 		Template: l.Template, TemplateLayer: l.TemplateLayer, Layer: digest, Sandbox: info.Sandbox, Tenant: info.Tenant,
-		Created: captured, Bytes: st.Bytes, DiskBytes: st.DiskBytes, Entries: st.Entries, Whiteouts: nWhiteo, Depth: l.depth + 1,
+		Created: captured, Bytes: st.Bytes, DiskBytes: st.DiskBytes, Entries: st.Entries, Whiteouts: st.Whiteouts, Depth: l.depth + 1,
 		Processes: info.Processes,
 	}
 	unlock, err := s.lock()
@@ -276,85 +237,30 @@ func (s *Store) Capture(ctx context.Context, c sandbox.Capturer, l *Lineage, inf
 			return nil, fmt.Errorf("store snapshot: %w", err)
 		}
 	}
-	l.Parent, l.depth, l.manifest = sn.ID, sn.Depth, seen
+	l.Parent, l.depth, l.since = sn.ID, sn.Depth, st.Mark
 	return sn, nil
 }
 
-// shiftIDs maps host ids of a sandbox (base .. base+65535) to the ids the
-// sandbox sees; anything else cannot come from the sandbox and is refused.
-func shiftIDs(base uint32) func(uid, gid uint32) (uint32, uint32, error) {
-	return func(uid, gid uint32) (uint32, uint32, error) {
-		if uid < base || uid-base > 65535 || gid < base || gid-base > 65535 {
-			return 0, 0, fmt.Errorf("owner %d:%d is outside the sandbox's id range", uid, gid)
-		}
-		return uid - base, gid - base, nil
-	}
+// validDigest accepts "sha256:" and 64 lower-case hex digits.
+func validDigest(d string) bool {
+	hexPart, ok := strings.CutPrefix(d, "sha256:")
+	return ok && len(hexPart) == 64 && isLowerHex(hexPart)
 }
 
-// diffMarkers completes a diff layer written from an upper layer whose
-// state at the last capture was prev (nil: it was empty): an entry gone
-// since then gets a whiteout (unless a parent directory went too or was
-// re-created), a directory re-created since then becomes opaque, and a
-// directory that is the same one as then loses an opaque marker it
-// carried (the lower snapshot holds its earlier children). It returns the
-// markers as sorted lines for the digest, and the whiteout count.
-func diffMarkers(tree string, prev, seen map[string]fileID) ([]string, int, error) {
-	if prev == nil {
-		return nil, 0, nil
-	}
-	var lines []string
-	recreated := map[string]bool{}
-	for rel, id := range seen {
-		if id.mode&unix.S_IFMT != unix.S_IFDIR {
-			continue
-		}
-		old, ok := prev[rel]
-		switch {
-		case ok && old.ino == id.ino && old.mode&unix.S_IFMT == unix.S_IFDIR:
-			if err := clearOpaque(tree, rel); err != nil {
-				return nil, 0, err
-			}
-		case ok:
-			recreated[rel] = true
-			if err := fstree.SetOpaque(tree, rel); err != nil {
-				return nil, 0, err
-			}
-			lines = append(lines, "opaque "+rel)
+// isLowerHex tells whether s is made of lower-case hex digits only.
+func isLowerHex(s string) bool {
+	for i := range len(s) {
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
 		}
 	}
-	n := 0
-	for rel := range prev {
-		if _, ok := seen[rel]; ok {
-			continue
-		}
-		dir := path.Dir(rel)
-		if dir != "." {
-			if _, ok := seen[dir]; !ok || recreated[dir] {
-				continue // covered by the parent's whiteout or opacity
-			}
-		}
-		if err := fstree.Whiteout(tree, rel); err != nil {
-			return nil, 0, err
-		}
-		lines = append(lines, "whiteout "+rel)
-		n++
-	}
-	sort.Strings(lines)
-	return lines, n, nil
+	return true
 }
 
 // validSnapshotID accepts "snap-" and 20 lower-case hex digits.
 func validSnapshotID(id string) bool {
 	hexPart, ok := strings.CutPrefix(id, "snap-")
-	if !ok || len(hexPart) != 20 {
-		return false
-	}
-	for i := range len(hexPart) {
-		if c := hexPart[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
+	return ok && len(hexPart) == 20 && isLowerHex(hexPart)
 }
 
 func (s *Store) snapshotPath(id string) string {

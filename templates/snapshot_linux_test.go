@@ -72,7 +72,7 @@ const listing = `cd / && find workspace home/sandbox tmp -printf '%p %y %m %u:%g
 
 func (e *env) capture(sb sandbox.Sandbox, l *templates.Lineage) *templates.Snapshot {
 	e.t.Helper()
-	sn, err := e.st.Capture(context.Background(), sb.(sandbox.Capturer), l, templates.CaptureInfo{Sandbox: sb.ID(), Tenant: "t"})
+	sn, err := e.st.Capture(context.Background(), sb.(sandbox.DiffExporter), l, templates.CaptureInfo{Sandbox: sb.ID(), Tenant: "t"})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -232,7 +232,7 @@ func TestCaptureAfterShutdown(t *testing.T) {
 	tmpl := hostTemplate(e)
 	sb := e.create(e.st.Root(tmpl))
 	_ = sb.Shutdown(context.Background())
-	_, err := e.st.Capture(context.Background(), sb.(sandbox.Capturer), templates.NewLineage(tmpl, nil), templates.CaptureInfo{})
+	_, err := e.st.Capture(context.Background(), sb.(sandbox.DiffExporter), templates.NewLineage(tmpl, nil), templates.CaptureInfo{})
 	if !errors.Is(err, sandbox.ErrClosed) {
 		t.Fatalf("capture after shutdown: %v", err)
 	}
@@ -253,7 +253,7 @@ func TestCaptureQuota(t *testing.T) {
 	l := templates.NewLineage(tmpl, nil)
 	sh(t, sb, `head -c 1M /dev/urandom > /workspace/a && truncate -s 1G /workspace/holes`)
 	info := templates.CaptureInfo{Sandbox: sb.ID(), Tenant: "t", Quota: 2 << 20}
-	s1, err := e.st.Capture(context.Background(), sb.(sandbox.Capturer), l, info)
+	s1, err := e.st.Capture(context.Background(), sb.(sandbox.DiffExporter), l, info)
 	if err != nil {
 		t.Fatalf("1 MiB of data and 1 GiB of holes under a 2 MiB quota: %v", err)
 	}
@@ -282,7 +282,7 @@ func TestCaptureQuota(t *testing.T) {
 		want  string
 	}{{"over", 2 << 20, "needs more than the"}, {"used up", used, "quota is used up"}} {
 		info.Quota = c.quota
-		_, err := e.st.Capture(context.Background(), sb.(sandbox.Capturer), l, info)
+		_, err := e.st.Capture(context.Background(), sb.(sandbox.DiffExporter), l, info)
 		if !errors.Is(err, templates.ErrQuota) || !strings.Contains(err.Error(), c.want) {
 			t.Fatalf("%s: %v, want ErrQuota saying %q", c.name, err, c.want)
 		}
@@ -293,7 +293,7 @@ func TestCaptureQuota(t *testing.T) {
 	// The lineage did not move: with room, the next capture is the diff
 	// since s1.
 	info.Quota = 8 << 20
-	s2, err := e.st.Capture(context.Background(), sb.(sandbox.Capturer), l, info)
+	s2, err := e.st.Capture(context.Background(), sb.(sandbox.DiffExporter), l, info)
 	if err != nil || s2.Parent != s1.ID {
 		t.Fatalf("with room: %+v %v", s2, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/fstree"
+	"github.com/moat-sandbox/moat/fstree/oci"
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
@@ -113,8 +114,8 @@ func (s *Store) Import(ctx context.Context, req ImportRequest) (*Template, error
 		if req.Ref != "" {
 			t.Source += "@" + req.Ref
 		}
-		var img *fstree.Image
-		img, st, err = fstree.ImportOCI(ctx, src, req.Ref, tree, opt)
+		var img *oci.Image
+		img, st, err = oci.Import(ctx, src, req.Ref, tree, opt)
 		if err == nil {
 			t.Env, t.Workdir, t.ImageUser, t.ImageDigest = img.Env, img.WorkingDir, img.User, img.Digest
 		}

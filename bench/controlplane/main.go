@@ -15,13 +15,11 @@
 // SIGTERM at the end and checks that it exits 0. Any failed sample or
 // call, or an unclean daemon exit, makes it exit 1; slowness never does.
 //
-//	go run ./bench/controlplane --moat bin/moat [--iterations 100] [--soak 60s] [--json FILE] [--markdown FILE]
+//	go run ./controlplane [--rounds 100] [--soak 60s] [--json FILE] [--markdown FILE]   (from bench/)
 package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -32,142 +30,117 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moat-sandbox/moat/bench/internal/cli"
 	"github.com/moat-sandbox/moat/bench/internal/machine"
 	"github.com/moat-sandbox/moat/bench/internal/moatd"
 	"github.com/moat-sandbox/moat/bench/internal/stats"
+	"github.com/moat-sandbox/moat/bench/schema"
 )
 
-type options struct {
-	moat           string
-	iterations     int
-	warmup         int
-	burst          int
-	execIterations int
-	execWarmup     int
-	soak           time.Duration
-	soakSandboxes  int
-	fileEvery      int
-	refs           bool
-	jsonPath       string
-	mdPath         string
-	seed           uint64
-	callTimeout    time.Duration
+// spec is how bench/controlplane takes the common flags.
+var spec = cli.Spec{
+	Name:        "controlplane",
+	About:       "Benchmarks moat serve: time to interactive, exec round trip, a soak. Run as root.",
+	Rounds:      100,
+	Warmup:      5,
+	RoundsUsage: "sequential time-to-interactive rounds (each runs the API sample and every one-shot reference once, in a random order), and the samples per row in bursts",
+	WarmupUsage: "unrecorded sequential rounds first (and one warm-up burst when not 0)",
+	MinRounds:   1,
 }
 
-// bursts is the number of measured bursts: enough for o.iterations samples.
-func (o *options) bursts() int { return (o.iterations + o.burst - 1) / o.burst }
+type options struct {
+	cli.Flags
+	burst         int
+	execCalls     int
+	execWarmup    int
+	soak          time.Duration
+	soakSandboxes int
+	fileEvery     int
+	refs          bool
+	callTimeout   time.Duration
+}
+
+// bursts is the number of measured bursts: enough for o.Rounds samples.
+func (o *options) bursts() int { return (o.Rounds + o.burst - 1) / o.burst }
 
 func main() {
-	os.Exit(run(os.Args, os.Stdout, os.Stderr))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
-	fs := flag.NewFlagSet("controlplane", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&o.moat, "moat", "bin/moat", "path of the moat binary (make build)")
-	fs.IntVar(&o.iterations, "iterations", 100, "time-to-interactive samples per mode and one-shot reference; the exec round trip takes 3× as many unless --exec-iterations")
-	fs.IntVar(&o.warmup, "warmup", 5, "warm-up rounds of the sequential time to interactive (and one warm-up burst when not 0), not recorded")
+	fs := spec.FlagSet(stderr, &o.Flags)
 	fs.IntVar(&o.burst, "burst", 10, "sandboxes created at once in a burst")
-	fs.IntVar(&o.execIterations, "exec-iterations", 0, "measured exec round trips (default 3 × --iterations)")
+	fs.IntVar(&o.execCalls, "exec-calls", 0, "measured exec round trips (default 3 × --rounds)")
 	fs.IntVar(&o.execWarmup, "exec-warmup", 20, "warm-up exec round trips, not recorded")
 	fs.DurationVar(&o.soak, "soak", 60*time.Second, "soak duration (0 skips the soak)")
 	fs.IntVar(&o.soakSandboxes, "soak-sandboxes", 100, "sandboxes running during the soak")
 	fs.IntVar(&o.fileEvery, "file-every", 10, "in the soak, a file write and read after every Nth exec")
 	fs.BoolVar(&o.refs, "refs", true, "time the one-shot references (moat run, bwrap, bare echo) beside the time to interactive")
-	fs.StringVar(&o.jsonPath, "json", "", "write machine-readable results to `FILE`")
-	fs.StringVar(&o.mdPath, "markdown", "", "also write the markdown report to `FILE`")
-	fs.StringVar(&o.mdPath, "md", "", "the same as --markdown")
-	fs.Uint64Var(&o.seed, "seed", 0, "seed of the round order shuffle (default: from the clock)")
 	fs.DurationVar(&o.callTimeout, "call-timeout", time.Minute, "fail a single HTTP call (or one-shot run) that takes longer")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: controlplane [flags]\n\nBenchmarks moat serve: time to interactive, exec round trip, a soak. Run as root.\n\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	if err := spec.Parse(fs, args, &o.Flags); err != nil {
 		return nil, err
 	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	if o.burst < 1 || o.execCalls < 0 || o.execWarmup < 0 || o.soak < 0 || o.soakSandboxes < 1 || o.fileEvery < 1 || o.callTimeout <= 0 {
+		return nil, fmt.Errorf("%w: counts must be positive (--exec-warmup, --exec-calls and --soak may be 0)", cli.ErrUsage)
 	}
-	if o.iterations < 1 || o.warmup < 0 || o.burst < 1 || o.execIterations < 0 || o.execWarmup < 0 ||
-		o.soak < 0 || o.soakSandboxes < 1 || o.fileEvery < 1 || o.callTimeout <= 0 {
-		return nil, errors.New("counts must be positive (warm-ups, --exec-iterations and --soak may be 0)")
-	}
-	if o.execIterations == 0 {
-		o.execIterations = 3 * o.iterations
-	}
-	if o.seed == 0 {
-		o.seed = uint64(time.Now().UnixNano())
+	if o.execCalls == 0 {
+		o.execCalls = 3 * o.Rounds
 	}
 	return o, nil
 }
 
 // run is the whole program; it returns the exit code: 0, 1 when anything
 // failed, 2 on bad usage.
-func run(argv []string, stdout, stderr io.Writer) int {
-	o, err := parseFlags(argv[1:], stderr)
+func run(args []string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args, stderr)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintln(stderr, "controlplane:", err)
-		return 2
+		return spec.Exit(stderr, err)
 	}
-	logf := func(format string, args ...any) {
-		fmt.Fprintf(stderr, "controlplane: "+format+"\n", args...)
-	}
+	logf := spec.Logf(stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
 	started := time.Now()
-	rep := &report{
-		Machine: collectMachine(started),
-		Command: machine.ShellQuote(append([]string{"go", "run", "./bench/controlplane"}, argv[1:]...)),
-		Config: config{
-			Iterations: o.iterations, Warmup: o.warmup, Burst: o.burst, Bursts: o.bursts(),
-			ExecIterations: o.execIterations, ExecWarmup: o.execWarmup,
+	rep := &schema.Controlplane{
+		Run: spec.Start(&o.Flags, args, started),
+		Config: schema.ControlplaneConfig{
+			Burst: o.burst, Bursts: o.bursts(), ExecCalls: o.execCalls, ExecWarmup: o.execWarmup,
 			SoakSec: o.soak.Seconds(), SoakSandboxes: o.soakSandboxes, FileEvery: o.fileEvery,
-			Seed: o.seed, CallTimeoutSec: o.callTimeout.Seconds(),
-			Timing:      "client side, wall-clock (time.Now/time.Since) around the HTTP calls over keep-alive connections; one-shot rows around os/exec cmd.Run()",
-			Percentiles: "linear interpolation between closest ranks (numpy default, R type 7)",
+			CallTimeoutSec: o.callTimeout.Seconds(),
+			Timing:         "client side, wall-clock (time.Now/time.Since) around the HTTP calls over keep-alive connections; one-shot rows around os/exec cmd.Run()",
+			Percentiles:    "linear interpolation between closest ranks (numpy default, R type 7)",
 		},
+		Memory: []schema.MemSnapshot{},
 	}
-	code := execute(ctx, o, rep, logf)
-	rep.Config.DurationSec = time.Since(started).Round(time.Second).Seconds()
-	rep.Machine.LoadAvgEnd = machine.LoadAvg()
+	tti, exec := execute(ctx, o, rep, logf)
+	cli.Finish(&rep.Run, started)
 	if ctx.Err() != nil {
 		rep.Errors = append(rep.Errors, "interrupted")
 	}
-	finish(rep)
+	finish(rep, tti, exec)
+	code := 0
 	if rep.Failed {
 		code = 1
 	}
-	md := markdown(rep)
-	if !machine.WriteResults(o.jsonPath, o.mdPath, rep, md, logf) {
+	if err := o.Write(rep, stdout, logf); err != nil {
+		logf("%v", err)
 		code = 1
 	}
-	fmt.Fprint(stdout, md)
 	return code
 }
 
-// execute starts the daemon, runs the phases and stops the daemon.
-func execute(ctx context.Context, o *options, rep *report, logf func(string, ...any)) int {
-	bin, err := filepath.Abs(o.moat)
-	if err == nil {
-		_, err = os.Stat(bin)
-	}
-	if err != nil {
-		rep.Errors = append(rep.Errors, fmt.Sprintf("moat binary %s: %v (build it: make build)", o.moat, err))
-		return 1
-	}
-	rep.Machine.MoatVersion = machine.Version(bin, "version")
+// execute starts the daemon, runs the phases and stops the daemon. It
+// returns the time-to-interactive rows, in report order (the sequential
+// mode: the API, then the one-shot references; then the burst mode
+// likewise), and the exec round trip's, nil when not run.
+func execute(ctx context.Context, o *options, rep *schema.Controlplane, logf func(string, ...any)) (tti []*row, execRow *row) {
+	bin := o.Moat
+	rep.Versions["moat"] = machine.Version(bin, "version")
 
-	// Rows, in report order: the sequential mode (the API, then the
-	// one-shot references), then the burst mode likewise.
 	burstName := fmt.Sprintf("bursts of %d", o.burst)
-	apiSeq := &row{Name: "moat API", Mode: "sequential", Kind: kindAPI, About: "POST /v1/sandboxes, then POST …/exec echo hello; one at a time"}
-	apiBurst := &row{Name: "moat API", Mode: burstName, Kind: kindAPI, About: "the same, that many at once; one sample per sandbox"}
+	apiSeq := newRow("moat API", "sequential", schema.KindAPI, "POST /v1/sandboxes, then POST …/exec echo hello; one at a time")
+	apiBurst := newRow("moat API", burstName, schema.KindAPI, "the same, that many at once; one sample per sandbox")
 	runArgv := []string{bin, "run", "--", "echo", "hello"}
 	var bwrapArgv []string
 	bwrapSkip := ""
@@ -176,10 +149,11 @@ func execute(ctx context.Context, o *options, rep *report, logf func(string, ...
 	} else {
 		p, _ = filepath.Abs(p)
 		bwrapArgv = machine.BwrapArgs(p, "/", "/bin/echo", "hello")
-		rep.Machine.BwrapVersion = machine.Version(p, "--version")
+		rep.Versions["bwrap"] = machine.Version(p, "--version")
 	}
 	ref := func(kind, name, about, mode string, argv []string, skip string) *row {
-		r := &row{Name: name, Mode: mode, Kind: kind, About: about, argv: argv, SkippedReason: skip}
+		r := newRow(name, mode, kind, about)
+		r.argv, r.SkippedReason = argv, skip
 		if argv != nil {
 			r.Command = machine.ShellQuote(argv)
 		}
@@ -192,28 +166,24 @@ func execute(ctx context.Context, o *options, rep *report, logf func(string, ...
 	var seqRefs, burstRefs []*row
 	if o.refs {
 		seqRefs = []*row{
-			ref(kindRun, "`moat run -- echo hello`", aboutRun, "sequential", runArgv, ""),
-			ref(kindBwrap, "bwrap `echo hello`", aboutBwrap, "sequential", bwrapArgv, bwrapSkip),
-			ref(kindBare, "bare `echo hello`", "no isolation: fork, exec, exit, wait", "sequential", []string{"/bin/echo", "hello"}, ""),
+			ref(schema.KindRun, "`moat run -- echo hello`", aboutRun, "sequential", runArgv, ""),
+			ref(schema.KindBwrap, "bwrap `echo hello`", aboutBwrap, "sequential", bwrapArgv, bwrapSkip),
+			ref(schema.KindBare, "bare `echo hello`", "no isolation: fork, exec, exit, wait", "sequential", []string{"/bin/echo", "hello"}, ""),
 		}
 		burstRefs = []*row{
-			ref(kindRun, "`moat run -- echo hello`", aboutRun+"; that many at once", burstName, runArgv, ""),
-			ref(kindBwrap, "bwrap `echo hello`", aboutBwrap+"; that many at once", burstName, bwrapArgv, bwrapSkip),
+			ref(schema.KindRun, "`moat run -- echo hello`", aboutRun+"; that many at once", burstName, runArgv, ""),
+			ref(schema.KindBwrap, "bwrap `echo hello`", aboutBwrap+"; that many at once", burstName, bwrapArgv, bwrapSkip),
 		}
 	}
-	defer func() {
-		for _, rows := range [][]*row{{apiSeq}, seqRefs, {apiBurst}, burstRefs} {
-			for _, r := range rows {
-				rep.TTI = append(rep.TTI, *r)
-			}
-		}
-	}()
+	for _, rows := range [][]*row{{apiSeq}, seqRefs, {apiBurst}, burstRefs} {
+		tti = append(tti, rows...)
+	}
 
 	limit := strconv.Itoa(max(128, o.soakSandboxes+o.burst))
 	d, err := moatd.Start(ctx, bin, "moat-bench-controlplane-", []string{"--max-sandboxes", limit, "--max-per-tenant", limit}, 30*time.Second)
 	if err != nil {
 		rep.Errors = append(rep.Errors, "starting the daemon: "+err.Error())
-		return 1
+		return tti, nil
 	}
 	rep.Daemon.Command = machine.ShellQuote(d.Argv)
 	rep.Daemon.URL = d.URL
@@ -232,8 +202,8 @@ func execute(ctx context.Context, o *options, rep *report, logf func(string, ...
 		rep.Memory = append(rep.Memory, b.snap("after sequential TTI", false))
 		rep.Bursts = b.bursts(ctx, apiBurst, burstRefs)
 		rep.Memory = append(rep.Memory, b.snap("after burst TTI", false))
-		rep.Exec = &row{Name: "exec round trip", About: "POST …/exec echo hello in an existing sandbox"}
-		b.execRoundTrip(ctx, rep.Exec)
+		execRow = newRow("exec round trip", "", "", "POST …/exec echo hello in an existing sandbox")
+		b.execRoundTrip(ctx, execRow)
 		rep.Memory = append(rep.Memory, b.snap("after exec round trips", false))
 		if o.soak > 0 && ctx.Err() == nil {
 			rep.Soak = b.soak(ctx)
@@ -252,17 +222,21 @@ func execute(ctx context.Context, o *options, rep *report, logf func(string, ...
 	rep.Daemon.Connections = dials.Load()
 	rep.Daemon.LogLines, rep.Daemon.LogProblems, rep.Daemon.FirstProblems = d.LogProblems()
 	logf("daemon stopped in %.1f ms (exit ok: %v); %d log lines at WARN or ERROR", stats.Ms(took), err == nil, rep.Daemon.LogProblems)
-	return 0
+	return tti, execRow
 }
 
-// finish computes the statistics, ratios and goals, and whether the run
-// failed.
-func finish(rep *report) {
-	for i := range rep.TTI {
-		rep.TTI[i].setStats()
+// finish puts the rows, with their statistics, into rep, computes the
+// ratios, and whether the run failed. The goals and their verdicts are
+// bench/render's.
+func finish(rep *schema.Controlplane, tti []*row, execRow *row) {
+	rep.TTI = []schema.ControlplaneRow{}
+	for _, r := range tti {
+		r.setStats()
+		rep.TTI = append(rep.TTI, r.ControlplaneRow)
 	}
-	if rep.Exec != nil {
-		rep.Exec.setStats()
+	if execRow != nil {
+		execRow.setStats()
+		rep.Exec = &execRow.ControlplaneRow
 	}
 	// Ratios compare rows of the same mode.
 	for i := range rep.TTI {
@@ -273,41 +247,13 @@ func finish(rep *report) {
 				continue
 			}
 			switch ref.Kind {
-			case kindBwrap:
+			case schema.KindBwrap:
 				r.RatioToBwrap = ratio(r.Stats, ref.Stats)
-			case kindRun:
+			case schema.KindRun:
 				r.RatioToMoatRun = ratio(r.Stats, ref.Stats)
 			}
 		}
 	}
-
-	p50 := func(s *row) *float64 {
-		if s == nil || s.Stats == nil {
-			return nil
-		}
-		v := s.Stats.P50
-		return &v
-	}
-	below := func(v *float64, limit float64) *bool {
-		if v == nil {
-			return nil
-		}
-		met := *v < limit
-		return &met
-	}
-	for i := range rep.TTI {
-		if r := &rep.TTI[i]; r.Kind == kindAPI {
-			v := p50(r)
-			rep.Goals = append(rep.Goals, goal{Name: "time to interactive p50, " + r.Mode, Target: "< 10 ms", Value: v, Met: below(v, 10)})
-		}
-	}
-	v := p50(rep.Exec)
-	rep.Goals = append(rep.Goals, goal{Name: "exec round trip p50", Target: "< 3 ms", Value: v, Met: below(v, 3)})
-	if rep.Soak != nil {
-		e := float64(rep.Soak.Errors)
-		rep.Goals = append(rep.Goals, goal{Name: "soak errors", Target: "0 errors", Value: &e, Met: below(&e, 0.5)})
-	}
-
 	rep.Failed = len(rep.Errors) > 0 || (rep.Soak != nil && rep.Soak.Errors > 0)
 	for _, r := range rep.TTI {
 		rep.Failed = rep.Failed || r.Failed > 0

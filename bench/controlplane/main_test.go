@@ -1,14 +1,20 @@
 package main
 
 import (
+	"errors"
+	"io"
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/moat-sandbox/moat/bench/internal/cli"
 	"github.com/moat-sandbox/moat/bench/internal/procfs"
+	"github.com/moat-sandbox/moat/bench/render"
+	"github.com/moat-sandbox/moat/bench/schema"
 )
 
 func TestParseHistograms(t *testing.T) {
@@ -26,39 +32,53 @@ func TestParseHistograms(t *testing.T) {
 	}
 }
 
-func TestFinishRatiosAndGoals(t *testing.T) {
-	rep := &report{
-		TTI: []row{
-			{Name: "moat API", Mode: "sequential", Kind: kindAPI, SamplesMs: []float64{8, 8, 8}},
-			{Name: "run", Mode: "sequential", Kind: kindRun, SamplesMs: []float64{4, 4}},
-			{Name: "bwrap", Mode: "sequential", Kind: kindBwrap, SamplesMs: []float64{2}},
-			{Name: "moat API", Mode: "bursts of 10", Kind: kindAPI, SamplesMs: []float64{30}},
-			{Name: "bwrap", Mode: "bursts of 10", Kind: kindBwrap, SamplesMs: []float64{10}},
-		},
-		Exec: &row{Name: "exec", SamplesMs: []float64{2, 4}},
+func TestFinishRatios(t *testing.T) {
+	seq := func(name, kind string, samples ...float64) *row {
+		r := newRow(name, "sequential", kind, "")
+		r.SamplesMs = samples
+		return r
 	}
-	finish(rep)
+	burst := func(name, kind string, samples ...float64) *row {
+		r := newRow(name, "bursts of 10", kind, "")
+		r.SamplesMs = samples
+		return r
+	}
+	tti := []*row{
+		seq("moat API", schema.KindAPI, 8, 8, 8),
+		seq("run", schema.KindRun, 4, 4),
+		seq("bwrap", schema.KindBwrap, 2),
+		burst("moat API", schema.KindAPI, 30),
+		burst("bwrap", schema.KindBwrap, 10),
+	}
+	exec := newRow("exec", "", "", "")
+	exec.SamplesMs = []float64{2, 4}
+	rep := &schema.Controlplane{Run: schema.Run{Bench: "controlplane"}}
+	finish(rep, tti, exec)
 	api := rep.TTI[0]
-	if api.RatioToBwrap == nil || *api.RatioToBwrap != 4 || api.RatioToMoatRun == nil || *api.RatioToMoatRun != 2 {
-		t.Errorf("sequential ratios %v %v", api.RatioToBwrap, api.RatioToMoatRun)
+	if api.N != 3 || api.RatioToBwrap == nil || *api.RatioToBwrap != 4 || api.RatioToMoatRun == nil || *api.RatioToMoatRun != 2 {
+		t.Errorf("sequential: n %d, ratios %v %v", api.N, api.RatioToBwrap, api.RatioToMoatRun)
 	}
-	burst := rep.TTI[3]
-	if burst.RatioToBwrap == nil || *burst.RatioToBwrap != 3 || burst.RatioToMoatRun != nil {
-		t.Errorf("burst ratios %v %v (want 3 and none: no moat run burst row)", burst.RatioToBwrap, burst.RatioToMoatRun)
+	b := rep.TTI[3]
+	if b.RatioToBwrap == nil || *b.RatioToBwrap != 3 || b.RatioToMoatRun != nil {
+		t.Errorf("burst ratios %v %v (want 3 and none: no moat run burst row)", b.RatioToBwrap, b.RatioToMoatRun)
 	}
-	if len(rep.Goals) != 3 || !*rep.Goals[0].Met || *rep.Goals[1].Met || *rep.Goals[2].Met {
-		t.Errorf("goals %+v", rep.Goals)
+	if rep.Exec == nil || rep.Exec.Stats == nil || rep.Exec.Stats.P50 != 3 {
+		t.Errorf("exec row %+v", rep.Exec)
 	}
 	if rep.Failed {
 		t.Error("failed without a failure")
 	}
-	rep.TTI[1].Failed = 1
-	finish(rep)
+	tti[1].Failed = 1
+	finish(rep, tti, exec)
 	if !rep.Failed {
 		t.Error("a failed sample did not fail the run")
 	}
-	md := markdown(rep)
-	for _, want := range []string{"| sequential | **moat API** | 3 | 8.000 |", "4.00×", "**FAILED**"} {
+	// The markdown is bench/render's, from the results.
+	md, err := render.Markdown(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| sequential | **moat API** | 3 | 8.000 |", "4.00×", "**The run failed**"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
 		}
@@ -66,10 +86,27 @@ func TestFinishRatiosAndGoals(t *testing.T) {
 }
 
 func TestMarkdownEmptyReport(t *testing.T) {
-	rep := &report{Errors: []string{"starting the daemon: no"}}
-	finish(rep)
-	if md := markdown(rep); !strings.Contains(md, "starting the daemon: no") {
-		t.Errorf("markdown:\n%s", md)
+	rep := &schema.Controlplane{Run: schema.Run{Bench: "controlplane", Errors: []string{"starting the daemon: no"}}}
+	finish(rep, nil, nil)
+	md, err := render.Markdown(rep)
+	if err != nil || !strings.Contains(md, "starting the daemon: no") {
+		t.Errorf("markdown (%v):\n%s", err, md)
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	moat := filepath.Join(t.TempDir(), "moat")
+	if err := os.WriteFile(moat, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	o, err := parseFlags([]string{"--moat", moat, "--rounds", "7", "--seed", "3"}, io.Discard)
+	if err != nil || o.Rounds != 7 || o.execCalls != 21 || o.Seed != 3 || o.Warmup != 5 || o.bursts() != 1 {
+		t.Fatalf("parseFlags = %+v, %v", o, err)
+	}
+	for _, args := range [][]string{{"--moat", moat, "--burst", "0"}, {"--moat", moat, "--rounds", "0"}, {"--moat", filepath.Join(t.TempDir(), "none")}} {
+		if _, err := parseFlags(args, io.Discard); !errors.Is(err, cli.ErrUsage) {
+			t.Errorf("parseFlags(%v) = %v, want a usage error", args, err)
+		}
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/moat-sandbox/moat/bench/internal/machine"
 	"github.com/moat-sandbox/moat/bench/internal/moatd"
 	"github.com/moat-sandbox/moat/bench/internal/stats"
+	"github.com/moat-sandbox/moat/bench/schema"
 )
 
 // bench holds what every phase uses.
@@ -22,14 +23,14 @@ type bench struct {
 	o      *options
 	d      *moatd.Daemon
 	c      *apiClient // shared keep-alive client of the TTI and exec phases
-	rep    *report
+	rep    *schema.Controlplane
 	start  time.Time // the daemon started listening
 	logf   func(format string, args ...any)
 	oneRun *machine.Timer
 	shots  []*machine.Timer // one per sandbox of a burst, for the one-shot rows
 }
 
-func (b *bench) snap(phase string, pss bool) memSnapshot {
+func (b *bench) snap(phase string, pss bool) schema.MemSnapshot {
 	return snapshot(b.d.PID, phase, time.Since(b.start).Seconds(), pss)
 }
 
@@ -75,15 +76,15 @@ func (b *bench) sequential(ctx context.Context, api *row, refs []*row) {
 			entries = append(entries, entry{r: r, argv: r.argv})
 		}
 	}
-	rng := rand.New(rand.NewPCG(b.o.seed, b.o.seed^0x9e3779b97f4a7c15))
-	total := b.o.warmup + b.o.iterations
-	step := max(1, b.o.iterations/5)
+	rng := rand.New(rand.NewPCG(b.o.Seed, b.o.Seed^0x9e3779b97f4a7c15))
+	total := b.o.Warmup + b.o.Rounds
+	step := max(1, b.o.Rounds/5)
 	for round := range total {
 		if ctx.Err() != nil {
 			return
 		}
-		measured := round >= b.o.warmup
-		phase := fmt.Sprintf("round %d", round-b.o.warmup+1)
+		measured := round >= b.o.Warmup
+		phase := fmt.Sprintf("round %d", round-b.o.Warmup+1)
 		if !measured {
 			phase = fmt.Sprintf("warm-up round %d", round+1)
 		}
@@ -112,8 +113,8 @@ func (b *bench) sequential(ctx context.Context, api *row, refs []*row) {
 				e.r.SamplesMs = append(e.r.SamplesMs, stats.Ms(d))
 			}
 		}
-		if done := round - b.o.warmup + 1; measured && (done%step == 0 || done == b.o.iterations) {
-			b.logf("sequential TTI and references: %d/%d rounds", done, b.o.iterations)
+		if done := round - b.o.Warmup + 1; measured && (done%step == 0 || done == b.o.Rounds) {
+			b.logf("sequential TTI and references: %d/%d rounds", done, b.o.Rounds)
 		}
 	}
 }
@@ -123,8 +124,8 @@ func (b *bench) sequential(ctx context.Context, api *row, refs []*row) {
 // concurrently and untimed, once the whole burst has answered. Each
 // burst round also runs every one-shot reference o.burst at once, the
 // rows in a fresh random order.
-func (b *bench) bursts(ctx context.Context, api *row, refs []*row) *burstResult {
-	res := &burstResult{Size: b.o.burst}
+func (b *bench) bursts(ctx context.Context, api *row, refs []*row) *schema.ControlplaneBursts {
+	res := &schema.ControlplaneBursts{Size: b.o.burst}
 	var rows []*row
 	for _, r := range append([]*row{api}, refs...) {
 		if r.SkippedReason == "" {
@@ -147,8 +148,8 @@ func (b *bench) bursts(ctx context.Context, api *row, refs []*row) *burstResult 
 		}
 		b.shots = shots
 	}
-	rng := rand.New(rand.NewPCG(b.o.seed^0x5bd1e995, b.o.seed))
-	warm := min(b.o.warmup, 1)
+	rng := rand.New(rand.NewPCG(b.o.Seed^0x5bd1e995, b.o.Seed))
+	warm := min(b.o.Warmup, 1)
 	n := b.o.bursts()
 	for k := range warm + n {
 		if ctx.Err() != nil {
@@ -279,7 +280,7 @@ func (b *bench) execRoundTrip(ctx context.Context, r *row) {
 		}
 	}()
 	runtime.GC()
-	for i := range b.o.execWarmup + b.o.execIterations {
+	for i := range b.o.execWarmup + b.o.execCalls {
 		if ctx.Err() != nil {
 			return
 		}
@@ -301,7 +302,7 @@ func (b *bench) execRoundTrip(ctx context.Context, r *row) {
 			r.SamplesMs = append(r.SamplesMs, stats.Ms(d))
 		}
 	}
-	b.logf("exec round trip: %d calls", b.o.execIterations)
+	b.logf("exec round trip: %d calls", b.o.execCalls)
 }
 
 // call is one timed call of the soak.
@@ -333,9 +334,9 @@ func (e *soakErrors) add(format string, args ...any) {
 // soak runs o.soakSandboxes sandboxes, each driven by a worker with its
 // own keep-alive client, for o.soak; a sampler reads the daemon's and its
 // sandboxes' memory every second meanwhile.
-func (b *bench) soak(ctx context.Context) *soakResult {
+func (b *bench) soak(ctx context.Context) *schema.ControlplaneSoak {
 	n := b.o.soakSandboxes
-	res := &soakResult{ByKind: map[string]*stats.Summary{}}
+	res := &schema.ControlplaneSoak{ByKind: map[string]*stats.Summary{}}
 	var errs soakErrors
 
 	before := b.snap("before the soak", false)
@@ -502,7 +503,7 @@ func (b *bench) soak(ctx context.Context) *soakResult {
 		}
 	}
 	for t, cs := range perSec {
-		sec := second{T: t, Calls: len(cs)}
+		sec := schema.SoakSecond{T: t, Calls: len(cs)}
 		var lat []float64
 		for _, c := range cs {
 			if !c.ok {

@@ -17,94 +17,13 @@ import (
 	"github.com/moat-sandbox/moat/bench/internal/moatd"
 	"github.com/moat-sandbox/moat/bench/internal/procfs"
 	"github.com/moat-sandbox/moat/bench/internal/stats"
+	"github.com/moat-sandbox/moat/bench/schema"
 )
 
-// floodConfig is the [output] section one flood's daemon runs with.
-type floodConfig struct {
-	Name               string `json:"name"`
-	Key                string `json:"key"`
-	MaxLimit           int64  `json:"max_limit_bytes"`
-	MemoryBudget       int64  `json:"memory_budget_bytes"`
-	TenantMemoryBudget int64  `json:"tenant_memory_budget_bytes"`
-	TenantDiskQuota    int64  `json:"tenant_disk_quota_bytes"`
-}
-
-func (fc floodConfig) toml() string {
+// toml is the [output] section of a daemon running with budget b.
+func toml(b schema.FloodBudget) string {
 	return fmt.Sprintf("[output]\nmax_limit = %q\nmemory_budget = %q\ntenant_memory_budget = %q\ntenant_disk_quota = %q\nretention = \"1h\"\n",
-		sizeStr(fc.MaxLimit), sizeStr(fc.MemoryBudget), sizeStr(fc.TenantMemoryBudget), sizeStr(fc.TenantDiskQuota))
-}
-
-// floodResult is one output flood.
-type floodResult struct {
-	floodConfig
-	Tenants int `json:"tenants"`
-	// BaselineRSSKiB is the daemon's VmRSS just before the flood (its
-	// sandboxes made, one exec run in each); VmHWM is reset to it.
-	BaselineRSSKiB int64 `json:"baseline_rss_kib"`
-	// PeakRSSKiB is the highest VmRSS sampled, HWMKiB the daemon's VmHWM
-	// at the end of the flood (the true peak between samples).
-	PeakRSSKiB int64 `json:"peak_rss_kib"`
-	HWMKiB     int64 `json:"hwm_kib"`
-	// PeakGrowthKiB is max(peak sampled, VmHWM) − baseline.
-	PeakGrowthKiB int64 `json:"peak_growth_kib"`
-	// GoalKiB is the peak growth the daemon documents (docs/API.md,
-	// "Memory"): memory_budget + max(memory_budget/4, 16 MiB) + 256 KiB
-	// per call in progress.
-	GoalKiB int64 `json:"goal_kib"`
-	// AfterEndRSSKiB is the VmRSS AfterSec after the sandboxes were
-	// deleted; AfterEndGrowthKiB its growth over the baseline.
-	AfterEndRSSKiB    int64   `json:"after_end_rss_kib"`
-	AfterEndGrowthKiB int64   `json:"after_end_growth_kib"`
-	AfterSec          float64 `json:"after_s"`
-	FloodSec          float64 `json:"flood_s"`
-	Samples           int     `json:"samples"`
-	// Series is the sampled VmRSS: [seconds since the flood began, KiB].
-	Series     [][2]float64   `json:"rss_series"`
-	Exec       execAccount    `json:"exec"`
-	Background bgAccount      `json:"background"`
-	ExecMs     *stats.Summary `json:"exec_ms,omitempty"`
-	// Accounted says every byte printed was accounted for (see
-	// execAccount and bgAccount); AccountingErrors says where not.
-	Accounted        bool     `json:"accounted"`
-	AccountingErrors []string `json:"accounting_errors,omitempty"`
-	Failed           int      `json:"failed"`
-	Errors           []string `json:"errors,omitempty"`
-}
-
-// execAccount is where the bytes of the flood's execs went. An exec's
-// answer holds its whole stream, or says truncated and the stream is in
-// an output file (spilled once the budget refused, or kept because it is
-// longer than a store row's preview): Printed = Counted, and every
-// answer short of its stream is matched by a whole file.
-type execAccount struct {
-	N        int   `json:"n"`
-	Bytes    int64 `json:"bytes_each"`
-	Printed  int64 `json:"printed"`
-	Counted  int64 `json:"counted"`  // the answers' stdout_bytes
-	Returned int64 `json:"returned"` // the stdout the answers hold
-	// Whole counts answers holding the whole stream, Truncated the ones
-	// that say truncated.
-	Whole     int `json:"whole_answers"`
-	Truncated int `json:"truncated_answers"`
-	// Files and FileBytes are the output files under <data>/output after
-	// the flood; WholeFiles those holding a whole stream.
-	Files      int   `json:"files"`
-	FileBytes  int64 `json:"file_bytes"`
-	WholeFiles int   `json:"whole_files"`
-}
-
-// bgAccount is where the bytes of the background processes went:
-// received by a reader following the stream, or reported lost
-// (lost_bytes): Printed = Received + LostBytes, and each exit result
-// counts the stream.
-type bgAccount struct {
-	N          int   `json:"n"`
-	Bytes      int64 `json:"bytes_each"`
-	Printed    int64 `json:"printed"`
-	Counted    int64 `json:"counted"` // the exit results' stdout_bytes
-	Received   int64 `json:"received"`
-	LostBytes  int64 `json:"lost_bytes"`
-	LostEvents int   `json:"lost_events"`
+		sizeStr(b.MaxLimit), sizeStr(b.MemoryBudget), sizeStr(b.TenantMemoryBudget), sizeStr(b.TenantDiskQuota))
 }
 
 // rssSampler reads the daemon's VmRSS every interval until stopped.
@@ -174,8 +93,8 @@ func resetHWM(pid int) error {
 }
 
 // runFlood runs one output flood on a daemon of its own.
-func runFlood(ctx context.Context, o *options, bin string, fc floodConfig, logf func(string, ...any)) (fr floodResult, info *daemonInfo) {
-	fr = floodResult{floodConfig: fc, Tenants: o.tenants, GoalKiB: memoryBound(fc.MemoryBudget, o.execs+o.background) / 1024, AfterSec: o.after.Seconds()}
+func runFlood(ctx context.Context, o *options, bin string, fc schema.FloodBudget, logf func(string, ...any)) (fr schema.Flood, info *schema.Serve) {
+	fr = schema.Flood{FloodBudget: fc, Tenants: o.tenants, GoalKiB: memoryBound(fc.MemoryBudget, o.execs+o.background) / 1024, AfterSec: o.after.Seconds()}
 	fail := func(format string, args ...any) {
 		fr.Errors = append(fr.Errors, fmt.Sprintf(format, args...))
 		fr.Failed++
@@ -187,7 +106,7 @@ func runFlood(ctx context.Context, o *options, bin string, fc floodConfig, logf 
 	}
 	defer os.RemoveAll(tmp)
 	cfg := filepath.Join(tmp, "config.toml")
-	if err := os.WriteFile(cfg, []byte(fc.toml()), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(toml(fc)), 0o600); err != nil {
 		fail("%v", err)
 		return
 	}
@@ -197,14 +116,14 @@ func runFlood(ctx context.Context, o *options, bin string, fc floodConfig, logf 
 		fail("starting the daemon: %v", err)
 		return
 	}
-	info = &daemonInfo{Role: "flood, " + fc.Name, Command: machine.ShellQuote(d.Argv)}
+	info = &schema.Serve{Role: "flood, " + fc.Name, Command: machine.ShellQuote(d.Argv)}
 	defer func() {
 		took, err := d.Stop(30 * time.Second)
 		info.StopMs, info.ExitedOK = stats.Ms(took), err == nil
 		if err != nil {
 			fr.Errors = append(fr.Errors, "stopping the daemon: "+err.Error())
 		}
-		info.LogLines, info.LogProblems, info.FirstProbs = d.LogProblems()
+		info.LogLines, info.LogProblems, info.FirstProblems = d.LogProblems()
 	}()
 	c := newClient(d.URL, 2*(o.execs+o.background)+8, o.callTimeout)
 	defer c.close()
@@ -247,8 +166,8 @@ func runFlood(ctx context.Context, o *options, bin string, fc floodConfig, logf 
 	smp := startSampler(d.PID, o.sampleEvery)
 
 	execBytes, bgBytes := int64(o.execMiB)<<20, int64(o.backgroundMiB)<<20
-	fr.Exec = execAccount{N: o.execs, Bytes: execBytes, Printed: int64(o.execs) * execBytes}
-	fr.Background = bgAccount{N: o.background, Bytes: bgBytes, Printed: int64(o.background) * bgBytes}
+	fr.Exec = schema.ExecAccount{N: o.execs, Bytes: execBytes, Printed: int64(o.execs) * execBytes}
+	fr.Background = schema.BackgroundAccount{N: o.background, Bytes: bgBytes, Printed: int64(o.background) * bgBytes}
 	shell := func(n int64) []string { return []string{"sh", "-c", fmt.Sprintf("yes flood | head -c %d", n)} }
 
 	var mu sync.Mutex
@@ -362,8 +281,8 @@ func runFlood(ctx context.Context, o *options, bin string, fc floodConfig, logf 
 }
 
 // account checks that every byte printed is accounted for: see
-// execAccount and bgAccount.
-func account(e execAccount, b bgAccount, checkFiles bool) (bool, []string) {
+// schema.ExecAccount and schema.BackgroundAccount.
+func account(e schema.ExecAccount, b schema.BackgroundAccount, checkFiles bool) (bool, []string) {
 	var errs []string
 	if e.Counted != e.Printed {
 		errs = append(errs, fmt.Sprintf("execs printed %d bytes, their answers count %d", e.Printed, e.Counted))

@@ -13,35 +13,8 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/bench/internal/machine"
+	"github.com/moat-sandbox/moat/bench/schema"
 )
-
-// recordResult is server.BenchmarkRecordCall of this checkout and of the
-// old tree: what the daemon writes for every exec (the start of the call
-// in the store, then its end in the store and on the audit tape, fsync
-// included), in-process, with 1 to 32 calls recording at once.
-type recordResult struct {
-	Command   string `json:"command"`
-	Benchtime string `json:"benchtime"`
-	Rounds    int    `json:"rounds"`
-	// OldSource says where the old tree's benchmark comes from: the
-	// commit before issue 17 has none, so this checkout's
-	// server/record_bench_test.go is copied into it (it calls newCall and
-	// finishCall, which both trees have).
-	OldSource string      `json:"old_source,omitempty"`
-	Writers   []recordRow `json:"writers"`
-	Errors    []string    `json:"errors,omitempty"`
-}
-
-type recordRow struct {
-	Writers    int       `json:"writers"`
-	New        float64   `json:"new_calls_per_s"`
-	NewRounds  []float64 `json:"new_rounds_calls_per_s"`
-	NewNsPerOp float64   `json:"new_ns_per_op"`
-	Old        *float64  `json:"old_calls_per_s,omitempty"`
-	OldRounds  []float64 `json:"old_rounds_calls_per_s,omitempty"`
-	OldNsPerOp *float64  `json:"old_ns_per_op,omitempty"`
-	Ratio      *float64  `json:"ratio_new_to_old,omitempty"`
-}
 
 // recordWriters are the sub-benchmarks run (BenchmarkRecordCall also has
 // writers=2).
@@ -79,25 +52,25 @@ func parseBench(out string) map[int]benchFig {
 	return figs
 }
 
-// runRecordBench runs BenchmarkRecordCall of this checkout and of the
-// old tree, alternating, twice each.
-func runRecordBench(ctx context.Context, o *options, old *oldTree, logf func(string, ...any)) *recordResult {
+// runRecordBench runs BenchmarkRecordCall of the checkout at root and of
+// the old tree, alternating, twice each.
+func runRecordBench(ctx context.Context, o *options, root string, old *oldTree, logf func(string, ...any)) *schema.RecordCall {
 	ws := make([]string, len(recordWriters))
 	for i, w := range recordWriters {
 		ws[i] = strconv.Itoa(w)
 	}
 	args := []string{"test", "-run", "^$", "-bench", "RecordCall/writers=(" + strings.Join(ws, "|") + ")$", "-benchtime", o.benchtime, "./server/"}
-	res := &recordResult{Command: machine.ShellQuote(append([]string{"go"}, args...)), Benchtime: o.benchtime, Rounds: 2}
+	res := &schema.RecordCall{Command: machine.ShellQuote(append([]string{"go"}, args...)), Benchtime: o.benchtime, Rounds: 2}
 	type tree struct {
 		name, dir string
 		figs      map[int][]benchFig
 	}
-	trees := []*tree{{name: "new", dir: ".", figs: map[int][]benchFig{}}}
+	trees := []*tree{{name: "new", dir: root, figs: map[int][]benchFig{}}}
 	if old != nil {
 		dst := filepath.Join(old.src, "server", "zz_record_bench_test.go")
 		if _, err := os.Stat(filepath.Join(old.src, "server", "record_bench_test.go")); err == nil {
 			res.OldSource = "the old tree's own server/record_bench_test.go"
-		} else if b, err := os.ReadFile(filepath.Join("server", "record_bench_test.go")); err != nil {
+		} else if b, err := os.ReadFile(filepath.Join(root, "server", "record_bench_test.go")); err != nil {
 			res.Errors = append(res.Errors, "reading server/record_bench_test.go: "+err.Error())
 			old = nil
 		} else if err := os.WriteFile(dst, b, 0o644); err != nil {
@@ -143,7 +116,7 @@ func runRecordBench(ctx context.Context, o *options, old *oldTree, logf func(str
 		if len(nf) == 0 {
 			continue
 		}
-		row := recordRow{Writers: w}
+		row := schema.RecordRow{Writers: w}
 		row.New, row.NewNsPerOp = mean(nf)
 		for _, f := range nf {
 			row.NewRounds = append(row.NewRounds, f.callsPerS)
@@ -160,7 +133,7 @@ func runRecordBench(ctx context.Context, o *options, old *oldTree, logf func(str
 		}
 		res.Writers = append(res.Writers, row)
 	}
-	slices.SortFunc(res.Writers, func(a, b recordRow) int { return a.Writers - b.Writers })
+	slices.SortFunc(res.Writers, func(a, b schema.RecordRow) int { return a.Writers - b.Writers })
 	for _, row := range res.Writers {
 		logf("RecordCall writers=%d: new %.0f records/s, old %s, ratio %s", row.Writers, row.New, orDash(row.Old), ratioStr(row.Ratio))
 	}

@@ -24,33 +24,40 @@
 // checked to exit 0. A failed call, an unaccounted byte or an unclean
 // daemon exit makes the command exit 1; slowness never does. Run as root.
 //
-//	go run ./bench/daemon --moat bin/moat --json bench/results/daemon.json --markdown bench/results/daemon.md
+//	go run ./daemon --json results/daemon.json --markdown results/daemon.md   (from bench/)
 package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/moat-sandbox/moat/bench/internal/cli"
 	"github.com/moat-sandbox/moat/bench/internal/machine"
+	"github.com/moat-sandbox/moat/bench/schema"
 )
 
+// spec is how bench/daemon takes the common flags.
+var spec = cli.Spec{
+	Name:        "daemon",
+	About:       "Measures moat serve under output floods, its durable exec throughput and an auth flood, against the daemon before issue 17. Run as root.",
+	Rounds:      5,
+	Warmup:      1,
+	RoundsUsage: "rounds of the exec throughput (each runs every level on both daemons, shuffled); 0 skips it",
+	WarmupUsage: "unrecorded one-second windows of the exec throughput at the highest level first, per daemon",
+	MinRounds:   0,
+}
+
 type options struct {
-	moat     string
-	old      string // the commit of the daemon before issue 17; "none" skips
-	jsonPath string
-	mdPath   string
-	seed     uint64
+	cli.Flags
+	old string // the commit of the daemon before issue 17; "none" skips
 
 	// The output flood.
 	tenants       int
@@ -66,7 +73,6 @@ type options struct {
 
 	// Exec throughput, new against old.
 	levels []int
-	rounds int
 	window time.Duration
 
 	// The auth flood.
@@ -82,18 +88,13 @@ type options struct {
 }
 
 func main() {
-	os.Exit(run(os.Args, os.Stdout, os.Stderr))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
-	fs := flag.NewFlagSet("daemon", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&o.moat, "moat", "bin/moat", "path of the moat binary built from this checkout (make build)")
+	fs := spec.FlagSet(stderr, &o.Flags)
 	fs.StringVar(&o.old, "old", "8c7ed80", "`COMMIT` whose daemon is \"today\" (the parent of issue 17's commits), built from git archive; \"none\" skips the comparisons")
-	fs.StringVar(&o.jsonPath, "json", "", "write machine-readable results to `FILE`")
-	fs.StringVar(&o.mdPath, "markdown", "", "also write the markdown report to `FILE`")
-	fs.Uint64Var(&o.seed, "seed", 0, "seed of the round order shuffle (default: from the clock)")
 	fs.IntVar(&o.tenants, "tenants", 4, "tenants of the output flood (one sandbox each)")
 	fs.IntVar(&o.execs, "execs", 16, "concurrent execs of the output flood, spread over the tenants")
 	fs.IntVar(&o.execMiB, "exec-mib", 8, "MiB each exec prints (output_limit is max_limit, 8 MiB)")
@@ -104,7 +105,6 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.after, "after", 5*time.Second, "how long after the sandboxes end the daemon's RSS is read again")
 	fs.BoolVar(&o.flood, "flood", true, "run the output flood")
 	levels := fs.String("levels", "1,8,32", "concurrent clients of the exec throughput")
-	fs.IntVar(&o.rounds, "rounds", 5, "rounds of the exec throughput (each runs every level on both daemons, shuffled); 0 skips it")
 	fs.DurationVar(&o.window, "window", 3*time.Second, "how long each level runs on each daemon per round")
 	fs.IntVar(&o.authClients, "auth-clients", 8, "concurrent clients of the auth flood")
 	fs.DurationVar(&o.authWindow, "auth-window", 3*time.Second, "how long the auth flood runs on each daemon per round")
@@ -112,15 +112,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.benchtime, "benchtime", "2s", "-benchtime of go test -bench RecordCall")
 	fs.BoolVar(&o.record, "record", true, "run BenchmarkRecordCall of both trees (go test)")
 	fs.DurationVar(&o.callTimeout, "call-timeout", 2*time.Minute, "fail a single HTTP call that takes longer")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: daemon [flags]\n\nMeasures moat serve under output floods, its durable exec throughput and an auth flood, against the daemon before issue 17. Run as root.\n\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	if err := spec.Parse(fs, args, &o.Flags); err != nil {
 		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	var err error
 	if o.levels, err = parseLevels(*levels); err != nil {
@@ -130,31 +123,19 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, err
 	}
 	if o.tenants < 1 || o.execs < 0 || o.execMiB < 1 || o.background < 0 || o.backgroundMiB < 1 || o.sampleEvery <= 0 || o.after < 0 ||
-		o.rounds < 0 || o.window <= 0 || o.authClients < 1 || o.authWindow <= 0 || o.authRounds < 0 || o.callTimeout <= 0 {
-		return nil, errors.New("counts and durations must be positive (--execs, --background, --rounds, --auth-rounds and --after may be 0)")
+		o.window <= 0 || o.authClients < 1 || o.authWindow <= 0 || o.authRounds < 0 || o.callTimeout <= 0 {
+		return nil, fmt.Errorf("%w: counts and durations must be positive (--execs, --background, --rounds, --auth-rounds and --after may be 0)", cli.ErrUsage)
 	}
 	if o.execMiB > 8 {
 		// output_limit is max_limit, whose default is 8 MiB: more would be
 		// truncated by the limit, not by the budget.
-		return nil, errors.New("--exec-mib must be at most 8 (the default max_limit)")
-	}
-	if o.seed == 0 {
-		o.seed = uint64(time.Now().UnixNano())
+		return nil, fmt.Errorf("%w: --exec-mib must be at most 8 (the default max_limit)", cli.ErrUsage)
 	}
 	return o, nil
 }
 
-func parseLevels(s string) ([]int, error) {
-	var out []int
-	for f := range strings.SplitSeq(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 || n > 256 {
-			return nil, fmt.Errorf("--levels %q: want numbers from 1 to 256, comma-separated", s)
-		}
-		out = append(out, n)
-	}
-	return out, nil
-}
+// parseLevels reads --levels: clients from 1 to 256, comma-separated.
+func parseLevels(s string) ([]int, error) { return cli.Levels("--levels", s, 256, false) }
 
 // parseBudget reads "64MiB/16MiB".
 func parseBudget(s string) (all, tenant int64, err error) {
@@ -166,7 +147,7 @@ func parseBudget(s string) (all, tenant int64, err error) {
 		tenant, err = parseSize(t)
 	}
 	if !ok || err != nil || all < 1<<20 || tenant < 1<<20 || tenant > all {
-		return 0, 0, fmt.Errorf("--small-budget %q: want MEMORY/TENANT, e.g. 64MiB/16MiB, each at least 1MiB, the tenant's at most the whole", s)
+		return 0, 0, fmt.Errorf("%w: --small-budget %q: want MEMORY/TENANT, e.g. 64MiB/16MiB, each at least 1MiB, the tenant's at most the whole", cli.ErrUsage, s)
 	}
 	return all, tenant, nil
 }
@@ -193,37 +174,35 @@ func parseSize(s string) (int64, error) {
 
 // run is the whole program; it returns the exit code: 0, 1 when anything
 // failed, 2 on bad usage.
-func run(argv []string, stdout, stderr io.Writer) int {
-	o, err := parseFlags(argv[1:], stderr)
+func run(args []string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args, stderr)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintln(stderr, "daemon:", err)
-		return 2
+		return spec.Exit(stderr, err)
 	}
-	logf := func(format string, args ...any) {
-		fmt.Fprintf(stderr, "daemon: "+format+"\n", args...)
+	logf := spec.Logf(stderr)
+	root, err := cli.Root()
+	if err != nil {
+		logf("%v", err)
+		return 1
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
 	started := time.Now()
-	rep := &report{
-		Machine: machineInfo{Host: machine.Describe(), LoadAvgStart: machine.LoadAvg(), MoatCommit: machine.GitCommit(),
-			Date: started.UTC().Format(time.RFC3339)},
-		Command: machine.ShellQuote(append([]string{"go", "run", "./bench/daemon"}, argv[1:]...)),
-		Config: config{Tenants: o.tenants, Execs: o.execs, ExecMiB: o.execMiB, Background: o.background, BackgroundMiB: o.backgroundMiB,
-			SampleEveryMs: o.sampleEvery.Milliseconds(), AfterSec: o.after.Seconds(), Levels: o.levels, Rounds: o.rounds,
+	rep := &schema.Daemon{
+		Run: spec.Start(&o.Flags, args, started),
+		Config: schema.DaemonConfig{Tenants: o.tenants, Execs: o.execs, ExecMiB: o.execMiB, Background: o.background, BackgroundMiB: o.backgroundMiB,
+			SampleEveryMs: o.sampleEvery.Milliseconds(), AfterSec: o.after.Seconds(), Levels: o.levels,
 			WindowSec: o.window.Seconds(), AuthClients: o.authClients, AuthWindowSec: o.authWindow.Seconds(), AuthRounds: o.authRounds,
-			Benchtime: o.benchtime, Seed: o.seed,
+			Benchtime: o.benchtime,
 			Timing: "client side, wall-clock (time.Now/time.Since) around each HTTP call over keep-alive connections; " +
 				"the daemon's memory from /proc/PID/status (VmRSS sampled, VmHWM reset with clear_refs 5 at the baseline)",
 			Percentiles: "linear interpolation between closest ranks (numpy default, R type 7)"},
+		Flood:   []schema.Flood{},
+		Daemons: []schema.Serve{},
 	}
-	execute(ctx, o, rep, logf)
-	rep.Config.DurationSec = time.Since(started).Round(time.Second).Seconds()
-	rep.Machine.LoadAvgEnd = machine.LoadAvg()
+	execute(ctx, o, root, rep, logf)
+	cli.Finish(&rep.Run, started)
 	if ctx.Err() != nil {
 		rep.Errors = append(rep.Errors, "interrupted")
 	}
@@ -232,32 +211,24 @@ func run(argv []string, stdout, stderr io.Writer) int {
 	if rep.Failed {
 		code = 1
 	}
-	md := markdown(rep)
-	if !machine.WriteResults(o.jsonPath, o.mdPath, rep, md, logf) {
+	if err := o.Write(rep, stdout, logf); err != nil {
+		logf("%v", err)
 		code = 1
 	}
-	fmt.Fprint(stdout, md)
 	return code
 }
 
 // execute runs the phases: the old daemon's build, the floods, the exec
 // throughput and the auth flood on a new and an old daemon, and
-// BenchmarkRecordCall of both trees.
-func execute(ctx context.Context, o *options, rep *report, logf func(string, ...any)) {
-	bin, err := filepath.Abs(o.moat)
-	if err == nil {
-		_, err = os.Stat(bin)
-	}
-	if err != nil {
-		rep.Errors = append(rep.Errors, fmt.Sprintf("moat binary %s: %v (build it: make build)", o.moat, err))
-		return
-	}
-	rep.Machine.MoatVersion = machine.Version(bin, "version")
-	rng := rand.New(rand.NewPCG(o.seed, o.seed^0x9e3779b97f4a7c15))
+// BenchmarkRecordCall of both trees (the checkout at root and the old).
+func execute(ctx context.Context, o *options, root string, rep *schema.Daemon, logf func(string, ...any)) {
+	bin := o.Moat
+	rep.Versions["moat"] = machine.Version(bin, "version")
+	rng := rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))
 
 	// Today's daemon, built from the commit before issue 17.
 	var old *oldTree
-	if o.old != "none" && (o.rounds > 0 || o.authRounds > 0 || o.record) {
+	if o.old != "none" && (o.Rounds > 0 || o.authRounds > 0 || o.record) {
 		logf("building the daemon of %s (git archive, go build)", o.old)
 		old, rep.Old = buildOld(ctx, o.old)
 		if old != nil {
@@ -267,11 +238,11 @@ func execute(ctx context.Context, o *options, rep *report, logf func(string, ...
 			logf("no old daemon: %s", rep.Old.SkippedReason)
 		}
 	} else if o.old == "none" {
-		rep.Old = &oldInfo{SkippedReason: "--old none"}
+		rep.Old = &schema.OldDaemon{SkippedReason: "--old none"}
 	}
 
 	if o.flood {
-		for _, fc := range []floodConfig{
+		for _, fc := range []schema.FloodBudget{
 			{Name: "default budgets", Key: "default", MaxLimit: 8 << 20, MemoryBudget: 1 << 30, TenantMemoryBudget: 256 << 20, TenantDiskQuota: 1 << 30},
 			{Name: "small budget", Key: "small", MaxLimit: 8 << 20, MemoryBudget: o.smallBudget, TenantMemoryBudget: o.smallTenant, TenantDiskQuota: 1 << 30},
 		} {
@@ -291,11 +262,11 @@ func execute(ctx context.Context, o *options, rep *report, logf func(string, ...
 		}
 	}
 
-	if (o.rounds > 0 || o.authRounds > 0) && ctx.Err() == nil {
+	if (o.Rounds > 0 || o.authRounds > 0) && ctx.Err() == nil {
 		pairPhases(ctx, o, bin, old, rep, rng, logf)
 	}
 
 	if o.record && ctx.Err() == nil {
-		rep.Record = runRecordBench(ctx, o, old, logf)
+		rep.Record = runRecordBench(ctx, o, root, old, logf)
 	}
 }

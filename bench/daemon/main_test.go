@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/moat-sandbox/moat/bench/schema"
 )
 
 func TestParseBench(t *testing.T) {
@@ -28,8 +30,8 @@ PASS`
 
 func TestAccount(t *testing.T) {
 	const mb = 1 << 20
-	e := execAccount{N: 2, Bytes: mb, Printed: 2 * mb, Counted: 2 * mb, Returned: mb + 10, Whole: 1, Truncated: 1, WholeFiles: 2}
-	b := bgAccount{N: 1, Bytes: mb, Printed: mb, Counted: mb, Received: mb - 100, LostBytes: 100}
+	e := schema.ExecAccount{N: 2, Bytes: mb, Printed: 2 * mb, Counted: 2 * mb, Returned: mb + 10, Whole: 1, Truncated: 1, WholeFiles: 2}
+	b := schema.BackgroundAccount{N: 1, Bytes: mb, Printed: mb, Counted: mb, Received: mb - 100, LostBytes: 100}
 	if ok, errs := account(e, b, true); !ok {
 		t.Errorf("accounted flood refused: %v", errs)
 	}

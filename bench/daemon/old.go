@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/bench/internal/machine"
+	"github.com/moat-sandbox/moat/bench/schema"
 )
 
 // oldTree is the source and daemon of the commit before issue 17, in a
@@ -36,9 +37,9 @@ func git(ctx context.Context, args ...string) (string, error) {
 
 // buildOld extracts ref with git archive into a temporary directory and
 // builds its moat binary there; a nil tree comes with the reason.
-func buildOld(ctx context.Context, ref string) (*oldTree, *oldInfo) {
-	info := &oldInfo{Ref: ref}
-	fail := func(format string, args ...any) (*oldTree, *oldInfo) {
+func buildOld(ctx context.Context, ref string) (*oldTree, *schema.OldDaemon) {
+	info := &schema.OldDaemon{Ref: ref}
+	fail := func(format string, args ...any) (*oldTree, *schema.OldDaemon) {
 		info.SkippedReason = fmt.Sprintf(format, args...)
 		return nil, info
 	}

@@ -18,72 +18,14 @@ import (
 	"github.com/moat-sandbox/moat/bench/internal/machine"
 	"github.com/moat-sandbox/moat/bench/internal/moatd"
 	"github.com/moat-sandbox/moat/bench/internal/stats"
+	"github.com/moat-sandbox/moat/bench/schema"
 )
 
-// throughputResult is the durable exec throughput, new daemon against old.
-type throughputResult struct {
-	Exec      string    `json:"exec"`
-	WindowSec float64   `json:"window_s"`
-	Rounds    int       `json:"rounds"`
-	Levels    []tpLevel `json:"levels"`
-}
-
-type tpLevel struct {
-	Clients int     `json:"clients"`
-	New     *tpSide `json:"new"`
-	Old     *tpSide `json:"old,omitempty"`
-	// Ratio is the new daemon's calls/s over the old one's; P50Ratio
-	// its p50 latency over the old one's.
-	Ratio    *float64 `json:"ratio_new_to_old"`
-	P50Ratio *float64 `json:"p50_ratio_new_to_old,omitempty"`
-}
-
-// tpSide is one daemon at one level, over every round.
-type tpSide struct {
-	Calls          int            `json:"calls"`
-	Errors         int            `json:"errors"`
-	Seconds        float64        `json:"seconds"`
-	CallsPerS      float64        `json:"calls_per_s"`
-	RoundCallsPerS []float64      `json:"round_calls_per_s"`
-	Latency        *stats.Summary `json:"latency_ms"`
-	FirstErrors    []string       `json:"first_errors,omitempty"`
-	samples        []float64
-}
-
-// authResult is the auth flood, new daemon against old.
-type authResult struct {
-	Request   string    `json:"request"`
-	Clients   int       `json:"clients"`
-	WindowSec float64   `json:"window_s"`
-	Rounds    int       `json:"rounds"`
-	New       *authSide `json:"new"`
-	Old       *authSide `json:"old,omitempty"`
-	// Ratios new / old of the answers per second and of the audit
-	// events per 1000 requests.
-	RateRatio   *float64 `json:"rate_ratio_new_to_old,omitempty"`
-	EventsRatio *float64 `json:"events_ratio_new_to_old,omitempty"`
-}
-
-type authSide struct {
-	Daemon       string  `json:"daemon"`
-	Requests     int     `json:"requests"`
-	Seconds      float64 `json:"seconds"`
-	PerSec       float64 `json:"answered_per_s"`
-	Unauthorized int     `json:"status_401"`
-	Limited      int     `json:"status_429"`
-	// Other counts failed requests and other statuses: an error.
-	Other      int      `json:"other"`
-	FirstOther []string `json:"first_other,omitempty"`
-	// The auth.denied events the flood added to the audit tape (read
-	// after the daemon stopped, which writes what it still counts), their
-	// bytes, and the failures they count (one each for a daemon that
-	// writes one event per failure).
-	AuditEvents   int     `json:"audit_events"`
-	AuditBytes    int64   `json:"audit_bytes"`
-	AuditCounted  int64   `json:"audit_counted_failures"`
-	EventsMissing int     `json:"events_not_on_disk,omitempty"`
-	EventsPer1000 float64 `json:"events_per_1000"`
-	BytesPer1000  float64 `json:"bytes_per_1000"`
+// tpAcc is one daemon at one level while the rounds run: the figures and
+// the latencies they are computed from.
+type tpAcc struct {
+	schema.TPSide
+	samples []float64
 }
 
 // side is one daemon of the comparison.
@@ -93,15 +35,15 @@ type side struct {
 	c      *client
 	store  string
 	sbs    []string
-	tp     map[int]*tpSide
-	auth   *authSide
+	tp     map[int]*tpAcc
+	auth   *schema.AuthSide
 	before uint64 // the tape's last seq before the auth flood
-	info   *daemonInfo
+	info   *schema.Serve
 }
 
 // pairPhases starts a new daemon and an old one, and runs the exec
 // throughput and the auth flood on both, alternating.
-func pairPhases(ctx context.Context, o *options, bin string, old *oldTree, rep *report, rng *rand.Rand, logf func(string, ...any)) {
+func pairPhases(ctx context.Context, o *options, bin string, old *oldTree, rep *schema.Daemon, rng *rand.Rand, logf func(string, ...any)) {
 	tmp, err := os.MkdirTemp("", "moat-bench-daemon-stores-")
 	if err != nil {
 		rep.Errors = append(rep.Errors, err.Error())
@@ -118,8 +60,8 @@ func pairPhases(ctx context.Context, o *options, bin string, old *oldTree, rep *
 			return nil
 		}
 		logf("%s daemon pid %d on %s", name, d.PID, d.URL)
-		return &side{name: name, d: d, c: newClient(d.URL, 2*maxLevel+o.authClients, o.callTimeout), store: st, tp: map[int]*tpSide{},
-			info: &daemonInfo{Role: name, Command: machine.ShellQuote(d.Argv)}}
+		return &side{name: name, d: d, c: newClient(d.URL, 2*maxLevel+o.authClients, o.callTimeout), store: st, tp: map[int]*tpAcc{},
+			info: &schema.Serve{Role: name, Command: machine.ShellQuote(d.Argv)}}
 	}
 	var sides []*side
 	if s := start("new", bin); s != nil {
@@ -143,7 +85,7 @@ func pairPhases(ctx context.Context, o *options, bin string, old *oldTree, rep *
 			if err != nil {
 				rep.Errors = append(rep.Errors, fmt.Sprintf("stopping the %s daemon: %v", s.name, err))
 			}
-			s.info.LogLines, s.info.LogProblems, s.info.FirstProbs = s.d.LogProblems()
+			s.info.LogLines, s.info.LogProblems, s.info.FirstProblems = s.d.LogProblems()
 			rep.Daemons = append(rep.Daemons, *s.info)
 		}
 	}
@@ -157,11 +99,11 @@ func pairPhases(ctx context.Context, o *options, bin string, old *oldTree, rep *
 		return
 	}
 
-	if o.rounds > 0 {
+	if o.Rounds > 0 {
 		rep.Throughput = throughput(ctx, o, sides, rng, logf, &rep.Errors)
 	}
 	if o.authRounds > 0 && ctx.Err() == nil {
-		rep.Auth = &authResult{Request: "GET /v1/sandboxes with a well-formed token the daemon does not know", Clients: o.authClients,
+		rep.Auth = &schema.AuthFlood{Request: "GET /v1/sandboxes with a well-formed token the daemon does not know", Clients: o.authClients,
 			WindowSec: o.authWindow.Seconds(), Rounds: o.authRounds}
 		for _, s := range sides {
 			sc, err := scanTape(filepath.Join(s.d.DataDir(), "audit"), 0)
@@ -169,7 +111,7 @@ func pairPhases(ctx context.Context, o *options, bin string, old *oldTree, rep *
 				rep.Errors = append(rep.Errors, fmt.Sprintf("%s daemon's audit tape: %v", s.name, err))
 			}
 			s.before = sc.maxSeq
-			s.auth = &authSide{Daemon: s.name}
+			s.auth = &schema.AuthSide{Daemon: s.name}
 		}
 		bad := "moat_" + strings.Repeat("0bad", 16)
 		for r := range o.authRounds {
@@ -231,9 +173,9 @@ func shuffled[T any](rng *rand.Rand, xs []T) []T {
 
 // throughput runs the exec throughput: every level on both daemons each
 // round, in a shuffled order.
-func throughput(ctx context.Context, o *options, sides []*side, rng *rand.Rand, logf func(string, ...any), errs *[]string) *throughputResult {
+func throughput(ctx context.Context, o *options, sides []*side, rng *rand.Rand, logf func(string, ...any), errs *[]string) *schema.Throughput {
 	maxLevel := slices.Max(o.levels)
-	res := &throughputResult{Exec: "POST /v1/sandboxes/ID/exec {\"args\":[\"/bin/true\"]}, each client in a sandbox of its own", WindowSec: o.window.Seconds(), Rounds: o.rounds}
+	res := &schema.Throughput{Exec: "POST /v1/sandboxes/ID/exec {\"args\":[\"/bin/true\"]}, each client in a sandbox of its own", WindowSec: o.window.Seconds(), Rounds: o.Rounds}
 	tok := func(s *side) string { return s.d.Token }
 	var ready []*side
 	for _, s := range sides {
@@ -251,17 +193,19 @@ func throughput(ctx context.Context, o *options, sides []*side, rng *rand.Rand, 
 			ready = append(ready, s)
 		}
 	}
-	// Warm-up, not recorded: every sandbox once, then a short window at
-	// the highest level.
+	// Warm-up, not recorded: every sandbox once, then --warmup windows of
+	// a second at the highest level.
 	for _, s := range ready {
 		for _, id := range s.sbs {
 			if _, err := s.c.exec(ctx, tok(s), id, &execBody{Args: []string{"/bin/true"}}); err != nil {
 				*errs = append(*errs, fmt.Sprintf("%s daemon: warm-up exec: %v", s.name, err))
 			}
 		}
-		window(ctx, s, maxLevel, time.Second)
+		for range o.Warmup {
+			window(ctx, s, maxLevel, time.Second)
+		}
 	}
-	for r := range o.rounds {
+	for r := range o.Rounds {
 		for _, n := range shuffled(rng, o.levels) {
 			for _, s := range shuffled(rng, ready) {
 				if ctx.Err() != nil {
@@ -270,7 +214,7 @@ func throughput(ctx context.Context, o *options, sides []*side, rng *rand.Rand, 
 				calls, secs, lat, werrs := window(ctx, s, n, o.window)
 				t := s.tp[n]
 				if t == nil {
-					t = &tpSide{}
+					t = &tpAcc{}
 					s.tp[n] = t
 				}
 				t.Calls += calls
@@ -288,7 +232,7 @@ func throughput(ctx context.Context, o *options, sides []*side, rng *rand.Rand, 
 		}
 	}
 	for _, n := range o.levels {
-		l := tpLevel{Clients: n}
+		l := schema.TPLevel{Clients: n}
 		for _, s := range ready {
 			t := s.tp[n]
 			if t == nil {
@@ -299,9 +243,9 @@ func throughput(ctx context.Context, o *options, sides []*side, rng *rand.Rand, 
 			}
 			t.Latency = stats.Of(t.samples)
 			if s.name == "new" {
-				l.New = t
+				l.New = &t.TPSide
 			} else {
-				l.Old = t
+				l.Old = &t.TPSide
 			}
 		}
 		if l.New != nil && l.Old != nil {

@@ -13,7 +13,7 @@
 //     the daemon's own PSS growth since it held none, MemAvailable's fall
 //     (the system's view, kernel included) and the kernel's own growth
 //     (slab, kernel stacks, page tables), each per sandbox;
-//   - start latency: --samples time-to-interactive samples (API create →
+//   - start latency: --rounds time-to-interactive samples (API create →
 //     first `echo` answered; the sandbox is then deleted, untimed)
 //     alternating in random order with as many cold starts of
 //     `moat run -- /bin/true` (fork to reaped exit).
@@ -26,33 +26,36 @@
 // A failed create, exec or run is recorded and the program exits 1 at the
 // end; slowness never fails it. Run as root:
 //
-//	go run ./bench/density --moat bin/moat --json bench/results/density.json --markdown bench/results/density.md
+//	go run ./density --json results/density.json --markdown results/density.md   (from bench/)
 package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"slices"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/moat-sandbox/moat/bench/internal/cli"
 )
 
+// spec is how bench/density takes the common flags.
+var spec = cli.Spec{
+	Name:        "density",
+	About:       "Fills a moat daemon with idle sandboxes and measures memory per sandbox and start latency at each level. Run as root.",
+	Rounds:      20,
+	Warmup:      3,
+	RoundsUsage: "start-latency rounds per level, each running both kinds once, in a random order",
+	WarmupUsage: "unrecorded rounds first, per level",
+	MinRounds:   1,
+}
+
 type options struct {
-	moat        string
+	cli.Flags
 	levels      []int
-	samples     int
-	warmup      int
-	seed        uint64
 	callTimeout time.Duration
-	jsonPath    string
-	mdPath      string
 }
 
 func main() {
@@ -64,25 +67,23 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) int {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintln(stderr, "density:", err)
-		return 2
+		return spec.Exit(stderr, err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "density: "+format+"\n", a...) }
+	logf := spec.Logf(stderr)
 
-	rep := newReport(o, args)
+	start := time.Now()
+	rep := newReport(o, args, start)
 	execute(ctx, o, rep, logf)
+	cli.Finish(&rep.Run, start)
 
 	code := 0
 	if rep.Failed {
 		code = 1
 		logf("%d error(s); first: %s", len(rep.Errors), rep.Errors[0])
 	}
-	if err := rep.write(o, stdout); err != nil {
+	if err := o.Write(rep, stdout, logf); err != nil {
 		logf("%v", err)
 		code = 1
 	}
@@ -91,38 +92,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
-	fs := flag.NewFlagSet("density", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&o.moat, "moat", "./bin/moat", "path of the moat binary")
+	fs := spec.FlagSet(stderr, &o.Flags)
 	levels := fs.String("levels", "1,10,100,1000", "comma-separated counts of live idle sandboxes to measure at, ascending")
-	fs.IntVar(&o.samples, "samples", 20, "start-latency samples of each kind per level")
-	fs.IntVar(&o.warmup, "warmup", 3, "unrecorded samples of each kind first, per level")
-	fs.Uint64Var(&o.seed, "seed", 0, "seed of the sample order shuffle (default: from the clock)")
 	fs.DurationVar(&o.callTimeout, "call-timeout", time.Minute, "fail one API call or run that takes longer")
-	fs.StringVar(&o.jsonPath, "json", "", "write machine-readable results to `FILE`")
-	fs.StringVar(&o.mdPath, "markdown", "", "write the markdown report to `FILE` (it is printed either way)")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: density [flags]\n\nFills a moat daemon with idle sandboxes and measures memory per sandbox and start latency at each level.\n\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	if err := spec.Parse(fs, args, &o.Flags); err != nil {
 		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	var err error
 	if o.levels, err = parseLevels(*levels); err != nil {
 		return nil, err
 	}
-	if o.samples < 1 || o.warmup < 0 {
-		return nil, errors.New("--samples must be at least 1 and --warmup not negative")
-	}
 	if o.callTimeout <= 0 {
-		return nil, errors.New("--call-timeout must be positive")
-	}
-	if o.seed == 0 {
-		o.seed = uint64(time.Now().UnixNano())
+		return nil, fmt.Errorf("%w: --call-timeout must be positive", cli.ErrUsage)
 	}
 	return o, nil
 }
@@ -132,24 +113,4 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 const maxLevel = 20000
 
 // parseLevels reads "1,10,100" into ascending, distinct, positive counts.
-func parseLevels(s string) ([]int, error) {
-	var out []int
-	for f := range strings.SplitSeq(s, ",") {
-		f = strings.TrimSpace(f)
-		if f == "" {
-			continue
-		}
-		n, err := strconv.Atoi(f)
-		if err != nil || n < 1 || n > maxLevel {
-			return nil, fmt.Errorf("--levels: %q is not a count from 1 to %d", f, maxLevel)
-		}
-		if len(out) > 0 && n <= out[len(out)-1] {
-			return nil, fmt.Errorf("--levels must ascend: %d after %d", n, out[len(out)-1])
-		}
-		out = append(out, n)
-	}
-	if len(out) == 0 {
-		return nil, errors.New("--levels selects nothing")
-	}
-	return slices.Clip(out), nil
-}
+func parseLevels(s string) ([]int, error) { return cli.Levels("--levels", s, maxLevel, true) }

@@ -1,12 +1,18 @@
 package main
 
 import (
+	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/moat-sandbox/moat/bench/internal/cli"
 	"github.com/moat-sandbox/moat/bench/internal/stats"
+	"github.com/moat-sandbox/moat/bench/render"
+	"github.com/moat-sandbox/moat/bench/schema"
 )
 
 func TestParseLevels(t *testing.T) {
@@ -22,13 +28,17 @@ func TestParseLevels(t *testing.T) {
 }
 
 func TestParseFlagsRejects(t *testing.T) {
-	for _, args := range [][]string{{"--samples", "0"}, {"--warmup", "-1"}, {"--call-timeout", "0s"}, {"extra"}} {
-		if _, err := parseFlags(args, io.Discard); err == nil {
-			t.Errorf("parseFlags(%v) accepted", args)
+	moat := filepath.Join(t.TempDir(), "moat")
+	if err := os.WriteFile(moat, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"--rounds", "0"}, {"--warmup", "-1"}, {"--call-timeout", "0s"}, {"extra"}, {"--levels", "10,1"}} {
+		if _, err := parseFlags(append([]string{"--moat", moat}, args...), io.Discard); !errors.Is(err, cli.ErrUsage) {
+			t.Errorf("parseFlags(%v) = %v, want a usage error", args, err)
 		}
 	}
-	o, err := parseFlags(nil, io.Discard)
-	if err != nil || !slices.Equal(o.levels, []int{1, 10, 100, 1000}) || o.seed == 0 {
+	o, err := parseFlags([]string{"--moat", moat}, io.Discard)
+	if err != nil || !slices.Equal(o.levels, []int{1, 10, 100, 1000}) || o.Seed == 0 || o.Rounds != 20 || o.Warmup != 3 || o.Moat != moat {
 		t.Fatalf("defaults: %+v, %v", o, err)
 	}
 }
@@ -44,13 +54,17 @@ func TestPerSandboxAndMarkdown(t *testing.T) {
 		t.Fatalf("perSandbox = %+v", m)
 	}
 
-	r := &report{Levels: []level{{Live: 100, Memory: m, TTI: &stats.Summary{N: 1, P50: 12.5, P95: 14, P99: 15}}},
-		Density: density{Live: 100, GoalLive: goalLive, GoalPSSKiB: goalPSSKiB, MoatPSSPerSandboxKiB: 1650,
-			Projection: projection{Max: 3000, Limit: "pids", Limits: map[string]int{"pids": 3000, "memory": 9000}}}}
-	r.fail("create sandbox 101 of 1000: boom")
-	md := r.markdown()
+	r := &schema.Density{Run: schema.Run{Bench: "density"}, Config: schema.DensityConfig{Levels: []int{100, 1000}},
+		Levels: []schema.DensityLevel{{Live: 100, Memory: m, TTI: &stats.Summary{N: 1, P50: 12.5, P95: 14, P99: 15}}},
+		Density: schema.DensityResult{Live: 100, MoatPSSPerSandboxKiB: 1650,
+			Projection: &schema.Projection{Max: 3000, Limit: "pids", Limits: map[string]int{"pids": 3000, "memory": 9000}}}}
+	fail(r, "create sandbox 101 of 1000: boom")
+	md, err := render.Markdown(r)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, want := range []string{"**100 live idle sandboxes held", "1650 KiB (1.61 MiB)", "not met", "| 100 |", "12.50 / 14.00 / 15.00",
-		"about **3000** sandboxes, bound first by pids (pids 3000, memory 9000)", "create sandbox 101 of 1000: boom"} {
+		"about 3000 sandboxes, bound first by pids (pids 3000, memory 9000)", "Level 1000: not reached", "create sandbox 101 of 1000: boom"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
 		}

@@ -6,7 +6,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -17,13 +16,14 @@ import (
 	"github.com/moat-sandbox/moat/bench/internal/moatd"
 	"github.com/moat-sandbox/moat/bench/internal/procfs"
 	"github.com/moat-sandbox/moat/bench/internal/stats"
+	"github.com/moat-sandbox/moat/bench/schema"
 	"github.com/moat-sandbox/moat/client"
 )
 
 // bench is one run: the daemon, its client and the sandboxes held alive.
 type bench struct {
 	o     *options
-	rep   *report
+	rep   *schema.Density
 	logf  func(string, ...any)
 	d     *moatd.Daemon
 	c     *client.Client
@@ -34,16 +34,10 @@ type bench struct {
 }
 
 // execute runs the levels and tears everything down; failures go to rep.
-func execute(ctx context.Context, o *options, rep *report, logf func(string, ...any)) {
-	bin, err := filepath.Abs(o.moat)
-	if err == nil {
-		_, err = os.Stat(bin)
-	}
-	if err != nil {
-		rep.fail("moat binary: %v (build it: make build)", err)
-		return
-	}
-	rep.Machine.MoatVersion = machine.Version(bin, "version")
+func execute(ctx context.Context, o *options, rep *schema.Density, logf func(string, ...any)) {
+	bin := o.Moat
+	var err error
+	rep.Versions["moat"] = machine.Version(bin, "version")
 	b := &bench{o: o, rep: rep, logf: logf, run: []string{bin, "run", "--", "/bin/true"}}
 
 	// The daemon's caps are raised to the top level plus the sample
@@ -54,20 +48,20 @@ func execute(ctx context.Context, o *options, rep *report, logf func(string, ...
 		"--idle-timeout", "24h", "--default-timeout", "24h",
 	}, 30*time.Second)
 	if err != nil {
-		rep.fail("start the daemon: %v", err)
+		fail(rep, "start the daemon: %v", err)
 		return
 	}
-	rep.Daemon = machine.ShellQuote(b.d.Argv)
+	rep.Daemon.Command = machine.ShellQuote(b.d.Argv)
 	logf("daemon pid %d listening on %s", b.d.PID, b.d.URL)
 	defer b.stopDaemon()
 
 	if b.c, err = client.New(client.WithHTTP(b.d.URL, b.d.Token)); err != nil {
-		rep.fail("client: %v", err)
+		fail(rep, "client: %v", err)
 		return
 	}
 	defer b.c.Close()
 	if b.timer, err = machine.NewTimer(o.callTimeout, false); err != nil {
-		rep.fail("timer: %v", err)
+		fail(rep, "timer: %v", err)
 		return
 	}
 	defer b.timer.Close()
@@ -76,14 +70,14 @@ func execute(ctx context.Context, o *options, rep *report, logf func(string, ...
 	// first-use allocations (policy, store, HTTP) are not counted as the
 	// sandboxes'.
 	if _, err := b.tti(ctx); err != nil {
-		rep.fail("first sandbox: %v", err)
+		fail(rep, "first sandbox: %v", err)
 		return
 	}
 	runtime.GC()
 	b.base = read(b.d.PID)
 	rep.Base = b.base.baseline()
 
-	rng := rand.New(rand.NewPCG(o.seed, o.seed^0x9e3779b97f4a7c15))
+	rng := rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))
 	for _, n := range o.levels {
 		lv, ok := b.level(ctx, n, rng)
 		rep.Levels = append(rep.Levels, lv)
@@ -97,8 +91,8 @@ func execute(ctx context.Context, o *options, rep *report, logf func(string, ...
 
 // level fills the daemon up to n live sandboxes and measures there; false
 // when it could not reach n.
-func (b *bench) level(ctx context.Context, n int, rng *rand.Rand) (level, bool) {
-	lv := level{Live: n}
+func (b *bench) level(ctx context.Context, n int, rng *rand.Rand) (schema.DensityLevel, bool) {
+	lv := schema.DensityLevel{Live: n}
 	begin := time.Now()
 	var creates []float64
 	for len(b.live) < n {
@@ -108,7 +102,7 @@ func (b *bench) level(ctx context.Context, n int, rng *rand.Rand) (level, bool) 
 		d := time.Since(t0)
 		cancel()
 		if err != nil {
-			b.rep.fail("create sandbox %d of %d: %v", len(b.live)+1, n, err)
+			fail(b.rep, "create sandbox %d of %d: %v", len(b.live)+1, n, err)
 			lv.Live = len(b.live)
 			break
 		}
@@ -133,16 +127,16 @@ func (b *bench) level(ctx context.Context, n int, rng *rand.Rand) (level, bool) 
 	}
 	samples := make([][]float64, len(kinds))
 	order := []int{0, 1}
-	for round := range b.o.warmup + b.o.samples {
+	for round := range b.o.Warmup + b.o.Rounds {
 		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 		runtime.GC()
 		for _, k := range order {
 			d, err := kinds[k]()
 			if err != nil {
-				b.rep.fail("at %d live, %s: %v", lv.Live, []string{"create → echo", "moat run"}[k], err)
+				fail(b.rep, "at %d live, %s: %v", lv.Live, []string{"create → echo", "moat run"}[k], err)
 				continue
 			}
-			if round >= b.o.warmup {
+			if round >= b.o.Warmup {
 				samples[k] = append(samples[k], stats.Ms(d))
 			}
 		}
@@ -190,12 +184,12 @@ func (b *bench) teardown(ctx context.Context) {
 		err := sb.Delete(cctx)
 		cancel()
 		if err != nil {
-			b.rep.fail("delete %s: %v", sb.ID(), err)
+			fail(b.rep, "delete %s: %v", sb.ID(), err)
 			continue
 		}
 		dels = append(dels, stats.Ms(time.Since(t0)))
 	}
-	b.rep.Teardown = &teardown{Deleted: len(dels), Sec: time.Since(begin).Seconds(), Delete: stats.Of(dels)}
+	b.rep.Teardown = &schema.Teardown{Deleted: len(dels), Sec: time.Since(begin).Seconds(), Delete: stats.Of(dels)}
 	b.logf("deleted %d sandboxes in %.1f s", len(dels), b.rep.Teardown.Sec)
 	b.live = nil
 }
@@ -203,12 +197,13 @@ func (b *bench) teardown(ctx context.Context) {
 // stopDaemon stops the daemon (it deletes what is left) and records its
 // log's warnings.
 func (b *bench) stopDaemon() {
-	if _, err := b.d.Stop(5 * time.Minute); err != nil {
-		b.rep.fail("daemon: %v", err)
+	took, err := b.d.Stop(5 * time.Minute)
+	if err != nil {
+		fail(b.rep, "daemon: %v", err)
 	}
-	lines, n, first := b.d.LogProblems()
-	b.rep.DaemonLog = daemonLog{Lines: lines, Problems: n, First: first}
-	b.rep.Machine.LoadAvgEnd = machine.LoadAvg()
+	sv := &b.rep.Daemon
+	sv.StopMs, sv.ExitedOK = stats.Ms(took), err == nil
+	sv.LogLines, sv.LogProblems, sv.FirstProblems = b.d.LogProblems()
 }
 
 // reading is what the machine and moat's processes hold at one moment.
@@ -244,15 +239,15 @@ func read(daemon int) reading {
 	return r
 }
 
-func (r reading) baseline() baseline {
-	return baseline{MemAvailableKiB: r.mem.Available, KernelKiB: r.mem.Kernel, DaemonPSSKiB: r.daemon.PSS,
+func (r reading) baseline() schema.DensityBase {
+	return schema.DensityBase{MemAvailableKiB: r.mem.Available, KernelKiB: r.mem.Kernel, DaemonPSSKiB: r.daemon.PSS,
 		DaemonFDs: r.daemonFDs, Tasks: r.tasks}
 }
 
 // perSandbox is r's growth over base divided among n sandboxes.
-func (r reading) perSandbox(base reading, n int) memory {
+func (r reading) perSandbox(base reading, n int) schema.DensityMemory {
 	per := func(v int64) float64 { return float64(v) / float64(n) }
-	return memory{
+	return schema.DensityMemory{
 		SandboxProcs:         r.procs,
 		SandboxPSSKiB:        r.procsPSS,
 		SandboxPSSAnonKiB:    r.procsPSSAnon,
@@ -285,11 +280,11 @@ func totalTasks() int {
 	return n
 }
 
-// density sums up the run: the most sandboxes held, the goal, and the
-// projection of what would bind first beyond it.
-func (b *bench) density() density {
-	d := density{GoalLive: goalLive, GoalPSSKiB: goalPSSKiB}
-	var top *level
+// density sums up the run: the most sandboxes held, moat's memory per
+// sandbox there, and the projection of what would bind first beyond it.
+func (b *bench) density() schema.DensityResult {
+	var d schema.DensityResult
+	var top *schema.DensityLevel
 	for i := range b.rep.Levels {
 		if lv := &b.rep.Levels[i]; lv.Live > 0 && (top == nil || lv.Live > top.Live) {
 			top = lv
@@ -300,26 +295,18 @@ func (b *bench) density() density {
 	}
 	d.Live = top.Live
 	d.MoatPSSPerSandboxKiB = top.Memory.MoatPSSPerSandboxKiB
-	d.Met = d.Live >= goalLive && d.MoatPSSPerSandboxKiB < goalPSSKiB
 	d.Projection = b.project(top)
 	return d
 }
-
-// Goals of the issue: at least 1,000 live sandboxes at under 2 MiB of
-// moat's own memory (PSS) each.
-const (
-	goalLive   = 1000
-	goalPSSKiB = 2048
-)
 
 // project estimates the sandboxes this machine could hold, from each limit
 // and the per-sandbox costs measured at top: memory (what was available
 // before the first sandbox, at the system-wide cost), pids (kernel pid_max
 // and threads-max, at the threads each costs), the daemon's open files,
 // the kernel's per-user namespace limits and v1 memory cgroup ids.
-func (b *bench) project(top *level) projection {
+func (b *bench) project(top *schema.DensityLevel) *schema.Projection {
 	m := top.Memory
-	p := projection{Limits: map[string]int{}}
+	p := &schema.Projection{Limits: map[string]int{}}
 	add := func(name string, free, each float64) {
 		if each > 0 && free >= 0 {
 			p.Limits[name] = int(math.Floor(free / each))

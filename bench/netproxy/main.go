@@ -8,36 +8,40 @@
 //     cost);
 //   - added connect latency: a fresh connection and a tiny request, direct
 //     versus through CONNECT, p50/p95/p99;
-//   - with --moat, the same download by curl inside `moat run --net proxy`
-//     versus curl on the host (the whole path a sandboxed tool takes).
+//   - with a moat binary (--moat; "" for none), the same download by curl
+//     inside `moat run --net proxy` versus curl on the host (the whole
+//     path a sandboxed tool takes).
 //
-// Goals (docs/PERFORMANCE.md): throughput at least 80% of direct, under
-// 1 ms added p50 connect latency on loopback.
+// Each round runs every way once, in a fresh random order (--seed). Goals
+// (docs/PERFORMANCE.md): throughput at least 80% of direct, under 1 ms
+// added p50 connect latency on loopback. A failed transfer is recorded and
+// the command exits 1.
 //
-//	go run ./bench/netproxy [--size BYTES] [--rounds 10] [--connects 2000] [--moat bin/moat] [--json FILE] [--markdown FILE]
+//	go run ./netproxy [--size BYTES] [--rounds 10] [--connects 2000] [--json FILE] [--markdown FILE]   (from bench/)
 package main
 
 import (
 	"bufio"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/moat-sandbox/moat/bench/internal/cli"
 	"github.com/moat-sandbox/moat/bench/internal/machine"
 	"github.com/moat-sandbox/moat/bench/internal/stats"
+	"github.com/moat-sandbox/moat/bench/schema"
 	"github.com/moat-sandbox/moat/netproxy"
 )
 
@@ -50,69 +54,71 @@ func (allowAll) Decide(context.Context, string, int) netproxy.Verdict {
 }
 func (allowAll) Addr(netip.Addr, bool) netproxy.Verdict { return netproxy.Verdict{Allow: true} }
 
-// row is one way of making a transfer.
-type row struct {
-	Name  string        `json:"name"`
-	About string        `json:"about"`
-	MBps  stats.Summary `json:"mb_per_s,omitempty"`
-	Ratio float64       `json:"ratio_to_direct,omitempty"` // p50 / direct p50
+// spec is how bench/netproxy takes the common flags. A missing moat
+// binary (or --moat "") skips the rows inside a sandbox.
+var spec = cli.Spec{
+	Name:          "netproxy",
+	About:         "Measures the egress proxy's throughput and added connect latency against direct transfers, alternating.",
+	Rounds:        10,
+	Warmup:        0,
+	RoundsUsage:   "downloads per way (each round runs every way once, in a random order)",
+	WarmupUsage:   "unrecorded rounds of downloads first",
+	MinRounds:     1,
+	MoatUnchecked: true,
 }
 
-// latency is the connect-and-request latency of one way, in ms.
-type latency struct {
-	Name string        `json:"name"`
-	Ms   stats.Summary `json:"ms"`
-}
-
-type report struct {
-	Machine    machine.Host `json:"machine"`
-	Commit     string       `json:"commit"`
-	Date       string       `json:"date"`
-	SizeBytes  int64        `json:"size_bytes"`
-	Rounds     int          `json:"rounds"`
-	Throughput []row        `json:"throughput"`
-	Sandbox    []row        `json:"sandbox,omitempty"`
-	Connects   int          `json:"connects"`
-	Latency    []latency    `json:"latency"`
-	// AddedP50Ms is the proxy's p50 minus the direct p50.
-	AddedP50Ms float64  `json:"added_p50_ms"`
-	Failures   []string `json:"failures,omitempty"`
+type options struct {
+	cli.Flags
+	size     int64
+	connects int
 }
 
 func main() {
-	size := flag.Int64("size", 256<<20, "bytes of the large download")
-	rounds := flag.Int("rounds", 10, "downloads per way, alternating")
-	connects := flag.Int("connects", 2000, "fresh connections per way, alternating")
-	moat := flag.String("moat", "", "path of the moat binary: also measure curl inside moat run --net proxy against curl on the host")
-	jsonOut := flag.String("json", "", "write the results as JSON to `FILE`")
-	mdOut := flag.String("markdown", "", "write the markdown report to `FILE`")
-	flag.Parse()
-	if *size < 1<<20 || *rounds < 1 || *connects < 10 {
-		fmt.Fprintln(os.Stderr, "netproxy: --size must be at least 1 MiB, --rounds at least 1, --connects at least 10")
-		os.Exit(2)
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is the whole program; it returns the exit code: 0, 1 when a transfer
+// failed or the results could not be written, 2 on bad usage.
+func run(args []string, stdout, stderr io.Writer) int {
+	o := &options{}
+	fs := spec.FlagSet(stderr, &o.Flags)
+	fs.Int64Var(&o.size, "size", 256<<20, "bytes of the large download")
+	fs.IntVar(&o.connects, "connects", 2000, "fresh connections per way, alternating")
+	if err := spec.Parse(fs, args, &o.Flags); err != nil {
+		return spec.Exit(stderr, err)
 	}
-	rep, err := run(*size, *rounds, *connects, *moat)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "netproxy:", err)
-		os.Exit(1)
+	if o.size < 1<<20 || o.connects < 10 {
+		return spec.Exit(stderr, fmt.Errorf("%w: --size must be at least 1 MiB and --connects at least 10", cli.ErrUsage))
 	}
-	md := markdown(rep)
-	fmt.Print(md)
-	if *mdOut != "" {
-		if err := os.WriteFile(*mdOut, []byte(md), 0o644); err != nil {
-			fmt.Fprintln(os.Stderr, "netproxy:", err)
-			os.Exit(1)
-		}
+	logf := spec.Logf(stderr)
+	start := time.Now()
+	rep := &schema.Netproxy{Run: spec.Start(&o.Flags, args, start), SizeBytes: o.size, Connects: o.connects}
+	if err := measure(o, rep); err != nil {
+		rep.Failed = true
+		rep.Errors = append(rep.Errors, err.Error())
 	}
-	if *jsonOut != "" {
-		if err := machine.WriteJSON(*jsonOut, rep); err != nil {
-			fmt.Fprintln(os.Stderr, "netproxy:", err)
-			os.Exit(1)
-		}
+	if rep.Throughput == nil {
+		rep.Throughput = []schema.NetproxyRow{}
 	}
-	if len(rep.Failures) > 0 {
-		os.Exit(1)
+	cli.Finish(&rep.Run, start)
+	for _, e := range rep.Errors {
+		logf("failed: %s", e)
 	}
+	code := 0
+	if rep.Failed {
+		code = 1
+	}
+	if err := o.Write(rep, stdout, logf); err != nil {
+		logf("%v", err)
+		code = 1
+	}
+	return code
+}
+
+// failf records a failed transfer.
+func failf(rep *schema.Netproxy, format string, args ...any) {
+	rep.Failed = true
+	rep.Errors = append(rep.Errors, fmt.Sprintf(format, args...))
 }
 
 // blob is written repeatedly to make the large download.
@@ -144,17 +150,20 @@ func server() (net.Listener, error) {
 	return ln, nil
 }
 
-func run(size int64, rounds, connects int, moat string) (*report, error) {
+// measure runs the ways and fills rep; an error is a set-up failure.
+func measure(o *options, rep *schema.Netproxy) error {
+	size, connects := o.size, o.connects
+	rng := rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))
 	srv, err := server()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer srv.Close()
 	px := netproxy.New(netproxy.Config{Logger: slog.New(slog.DiscardHandler)})
 	ep := px.Endpoint(allowAll{})
 	pln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	go ep.Serve("bench", pln)
 	defer ep.Close()
@@ -162,8 +171,6 @@ func run(size int64, rounds, connects int, moat string) (*report, error) {
 	proxyAddr := pln.Addr().String()
 	blobPath := "/blob?n=" + strconv.FormatInt(size, 10)
 
-	rep := &report{Machine: machine.Describe(), Commit: machine.GitCommit(), Date: time.Now().UTC().Format(time.RFC3339),
-		SizeBytes: size, Rounds: rounds, Connects: connects}
 	direct := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
 	pu, _ := url.Parse("http://" + proxyAddr)
 	forward := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu), DisableKeepAlives: true}}
@@ -185,8 +192,9 @@ func run(size int64, rounds, connects int, moat string) (*report, error) {
 		}},
 	}
 	samples := make([][]float64, len(ways))
-	for range rounds {
-		for i, w := range ways {
+	for round := range o.Warmup + o.Rounds {
+		for _, i := range rng.Perm(len(ways)) {
+			w := ways[i]
 			t0 := time.Now()
 			n, err := w.get()
 			d := time.Since(t0)
@@ -194,15 +202,17 @@ func run(size int64, rounds, connects int, moat string) (*report, error) {
 				err = fmt.Errorf("got %d bytes, want %d", n, size)
 			}
 			if err != nil {
-				rep.Failures = append(rep.Failures, w.name+": "+err.Error())
+				failf(rep, "%s: %v", w.name, err)
 				continue
 			}
-			samples[i] = append(samples[i], float64(size)/d.Seconds()/1e6)
+			if round >= o.Warmup {
+				samples[i] = append(samples[i], float64(size)/d.Seconds()/1e6)
+			}
 		}
 	}
 	for i, w := range ways {
 		s, _ := stats.Summarize(samples[i])
-		rep.Throughput = append(rep.Throughput, row{Name: w.name, About: w.about, MBps: s})
+		rep.Throughput = append(rep.Throughput, schema.NetproxyRow{Name: w.name, About: w.about, MBps: s})
 	}
 	for i := range rep.Throughput {
 		if d := rep.Throughput[0].MBps.P50; d > 0 {
@@ -213,7 +223,7 @@ func run(size int64, rounds, connects int, moat string) (*report, error) {
 	// Connect latency: dial, request /tiny, read the answer.
 	lat := make([][]float64, 2)
 	for range connects {
-		for i := range 2 {
+		for _, i := range rng.Perm(2) {
 			t0 := time.Now()
 			var c net.Conn
 			var err error
@@ -227,7 +237,7 @@ func run(size int64, rounds, connects int, moat string) (*report, error) {
 				c.Close()
 			}
 			if err != nil {
-				rep.Failures = append(rep.Failures, "connect: "+err.Error())
+				failf(rep, "connect: %v", err)
 				continue
 			}
 			lat[i] = append(lat[i], float64(time.Since(t0).Microseconds())/1000)
@@ -235,26 +245,40 @@ func run(size int64, rounds, connects int, moat string) (*report, error) {
 	}
 	for i, name := range []string{"direct", "proxy CONNECT"} {
 		s, _ := stats.Summarize(lat[i])
-		rep.Latency = append(rep.Latency, latency{Name: name, Ms: s})
+		rep.Latency = append(rep.Latency, schema.NetproxyLatency{Name: name, Ms: s})
 	}
 	rep.AddedP50Ms = rep.Latency[1].Ms.P50 - rep.Latency[0].Ms.P50
 
-	if moat != "" {
-		rep.Sandbox, err = sandboxRows(moat, target, blobPath, size, rounds, &rep.Failures)
-		if err != nil {
-			return nil, err
+	switch {
+	case o.Moat == "":
+		rep.SandboxSkipped = "no moat binary (--moat \"\")"
+	default:
+		if err := checkExecutable(o.Moat); err != nil {
+			rep.SandboxSkipped = fmt.Sprintf("moat binary %s: %v (make build)", o.Moat, err)
+			break
 		}
+		rep.Versions["moat"] = machine.Version(o.Moat, "version")
+		rep.Sandbox = sandboxRows(o, rng, target, blobPath, rep)
 	}
-	return rep, nil
+	return nil
+}
+
+// checkExecutable reports why path is not an executable file.
+func checkExecutable(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return errors.New("not an executable file")
+	}
+	return nil
 }
 
 // sandboxRows times curl's download on the host and inside moat run
-// --net proxy (the run's own proxy), alternating.
-func sandboxRows(moat, target, path string, size int64, rounds int, failures *[]string) ([]row, error) {
-	bin, err := filepath.Abs(moat)
-	if err != nil {
-		return nil, err
-	}
+// --net proxy (the run's own proxy), each round in a random order.
+func sandboxRows(o *options, rng *rand.Rand, target, path string, rep *schema.Netproxy) []schema.NetproxyRow {
+	bin, size := o.Moat, o.size
 	curl := []string{"curl", "-s", "-o", "/dev/null", "-w", "%{size_download} %{speed_download}"}
 	ways := []struct {
 		name, about string
@@ -269,32 +293,35 @@ func sandboxRows(moat, target, path string, size int64, rounds int, failures *[]
 				"--noproxy", "", "-x", "http://127.0.0.1:3128", "http://"+target+path)...)},
 	}
 	samples := make([][]float64, len(ways))
-	for range rounds {
-		for i, w := range ways {
+	for round := range o.Warmup + o.Rounds {
+		for _, i := range rng.Perm(len(ways)) {
+			w := ways[i]
 			out, err := exec.Command(w.argv[0], w.argv[1:]...).Output()
 			f := strings.Fields(string(out))
 			if err == nil && (len(f) != 2 || f[0] != strconv.FormatInt(size, 10)) {
 				err = fmt.Errorf("curl printed %q", out)
 			}
 			if err != nil {
-				*failures = append(*failures, w.name+": "+err.Error())
+				failf(rep, "%s: %v", w.name, err)
 				continue
 			}
-			bps, _ := strconv.ParseFloat(f[1], 64)
-			samples[i] = append(samples[i], bps/1e6)
+			if round >= o.Warmup {
+				bps, _ := strconv.ParseFloat(f[1], 64)
+				samples[i] = append(samples[i], bps/1e6)
+			}
 		}
 	}
-	var rows []row
+	var rows []schema.NetproxyRow
 	for i, w := range ways {
 		s, _ := stats.Summarize(samples[i])
-		rows = append(rows, row{Name: w.name, About: w.about, MBps: s})
+		rows = append(rows, schema.NetproxyRow{Name: w.name, About: w.about, MBps: s})
 	}
 	if d := rows[0].MBps.P50; d > 0 {
 		for i := range rows {
 			rows[i].Ratio = rows[i].MBps.P50 / d
 		}
 	}
-	return rows, nil
+	return rows
 }
 
 func httpGet(c *http.Client, u string) (int64, error) {
@@ -341,31 +368,4 @@ func tunnel(proxy, target string) (net.Conn, error) {
 func request(c net.Conn, host, path string) (int64, error) {
 	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", path, host)
 	return drain(http.ReadResponse(bufio.NewReaderSize(c, 64<<10), nil))
-}
-
-func markdown(r *report) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "## Egress proxy (bench/netproxy)\n\n%s, %d CPUs, kernel %s, commit %s, %s. Download of %d MiB, %d rounds per way, alternating.\n\n",
-		r.Machine.CPUModel, r.Machine.CPUs, r.Machine.Kernel, r.Commit, r.Date, r.SizeBytes>>20, r.Rounds)
-	b.WriteString("| way | MB/s p50 | p95 (slowest 5%) | ratio to direct (p50) |\n|---|---|---|---|\n")
-	for _, t := range append(append([]row{}, r.Throughput...), r.Sandbox...) {
-		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.2f |\n", t.Name, t.MBps.P50, lowTail(t.MBps), t.Ratio)
-	}
-	fmt.Fprintf(&b, "\nConnect and tiny request on a fresh connection, %d per way, alternating (ms):\n\n| way | p50 | p95 | p99 |\n|---|---|---|---|\n", r.Connects)
-	for _, l := range r.Latency {
-		fmt.Fprintf(&b, "| %s | %.3f | %.3f | %.3f |\n", l.Name, l.Ms.P50, l.Ms.P95, l.Ms.P99)
-	}
-	fmt.Fprintf(&b, "\nAdded p50 connect latency through the proxy: %.3f ms.\n", r.AddedP50Ms)
-	for _, f := range r.Failures {
-		fmt.Fprintf(&b, "\nFAILED: %s\n", f)
-	}
-	return b.String()
-}
-
-// lowTail is the throughput the slowest 5% of transfers stayed under:
-// for a rate, the bad tail is the low one.
-func lowTail(s stats.Summary) float64 {
-	// With few rounds, the 5th percentile is interpolated between the
-	// slowest samples; Summary keeps only p95, so recompute from min.
-	return s.Min
 }

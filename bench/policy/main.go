@@ -1,141 +1,136 @@
 // Command policy measures how long the policy engine takes to decide one
 // request against a realistic policy (internal/policyset: 100 rules in
 // three layers), per request and over the mix, and prints p50/p95/p99 in
-// microseconds as markdown (and JSON with --json). The goal is well under
-// 50 µs per decision: a decision is made before every call, on its path.
+// microseconds (JSON with --json, markdown through bench/render). The goal
+// is well under 50 µs per decision: a decision is made before every call,
+// on its path. The requests are measured in a random order (--seed).
 //
-//	go run ./bench/policy [--rounds N] [--json FILE] [--markdown FILE]
+//	go run ./policy [--rounds N] [--json FILE] [--markdown FILE]   (from bench/)
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"time"
 
-	"github.com/moat-sandbox/moat/bench/internal/machine"
+	"github.com/moat-sandbox/moat/bench/internal/cli"
 	"github.com/moat-sandbox/moat/bench/internal/stats"
+	"github.com/moat-sandbox/moat/bench/schema"
 	"github.com/moat-sandbox/moat/internal/policyset"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/policy/compile"
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
-// row is the figures of one request (or of the mix).
-type row struct {
-	Request string        `json:"request"`
-	Effect  string        `json:"effect"`
-	Micros  stats.Summary `json:"us"`
-}
-
-type report struct {
-	Machine machine.Host  `json:"machine"`
-	Commit  string        `json:"commit"`
-	Date    string        `json:"date"`
-	Rounds  int           `json:"rounds"`
-	Compile stats.Summary `json:"compile_us"`
-	Mix     row           `json:"mix"`
-	Rows    []row         `json:"requests"`
-	// Spec: compiling the policy into a sandbox spec (package enforce)
-	// for synthetic workspaces of a given size.
-	Spec []specRow `json:"spec"`
-}
-
-// specRow is compile.Compile for one workspace.
-type specRow struct {
-	Workspace string        `json:"workspace"`
-	Entries   int           `json:"entries"`
-	Walked    int           `json:"walked"`
-	Restrict  int           `json:"restrict"`
-	Micros    stats.Summary `json:"us"`
+// spec is how bench/policy takes the common flags: it measures the
+// checkout's policy engine in-process, so it takes no --moat.
+var spec = cli.Spec{
+	Name:        "policy",
+	About:       "Times policy decisions against 100 rules (internal/policyset), per request and over the mix.",
+	Rounds:      2000,
+	Warmup:      2000,
+	RoundsUsage: "timed decisions per request",
+	WarmupUsage: "untimed decisions per request before them",
+	MinRounds:   10,
+	NoMoat:      true,
 }
 
 func main() {
-	rounds := flag.Int("rounds", 2000, "timed decisions per request (after as many warm-up ones)")
-	jsonOut := flag.String("json", "", "write the results as JSON to `FILE`")
-	mdOut := flag.String("markdown", "", "write the markdown report to `FILE`")
-	flag.Parse()
-	if *rounds < 10 {
-		fmt.Fprintln(os.Stderr, "policy: --rounds must be at least 10")
-		os.Exit(2)
-	}
-	rep, err := run(*rounds)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "policy:", err)
-		os.Exit(1)
-	}
-	md := markdown(rep)
-	fmt.Print(md)
-	if *mdOut != "" {
-		if err := os.WriteFile(*mdOut, []byte(md), 0o644); err != nil {
-			fmt.Fprintln(os.Stderr, "policy:", err)
-			os.Exit(1)
-		}
-	}
-	if *jsonOut != "" {
-		if err := machine.WriteJSON(*jsonOut, rep); err != nil {
-			fmt.Fprintln(os.Stderr, "policy:", err)
-			os.Exit(1)
-		}
-	}
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(rounds int) (*report, error) {
-	rep := &report{Machine: machine.Describe(), Commit: machine.GitCommit(), Date: time.Now().UTC().Format(time.RFC3339), Rounds: rounds}
-	var compile []float64
+// run is the whole program; it returns the exit code: 0, 1 when the
+// measuring failed or the results could not be written, 2 on bad usage.
+func run(args []string, stdout, stderr io.Writer) int {
+	var f cli.Flags
+	fs := spec.FlagSet(stderr, &f)
+	if err := spec.Parse(fs, args, &f); err != nil {
+		return spec.Exit(stderr, err)
+	}
+	logf := spec.Logf(stderr)
+	start := time.Now()
+	rep := &schema.Policy{Run: spec.Start(&f, args, start)}
+	if err := measure(&f, rep); err != nil {
+		rep.Fail(5, err.Error())
+		logf("%v", err)
+	}
+	cli.Finish(&rep.Run, start)
+	if rep.Mix == nil {
+		rep.Mix = &schema.PolicyRow{Request: "no request measured"}
+	}
+	code := 0
+	if rep.Failed {
+		code = 1
+	}
+	if err := f.Write(rep, stdout, logf); err != nil {
+		logf("%v", err)
+		code = 1
+	}
+	return code
+}
+
+// measure fills rep: compiling the policy, each request's decisions (the
+// requests in a random order, each timed alone) and the mix, then the
+// spec compiles.
+func measure(f *cli.Flags, rep *schema.Policy) error {
+	var compiles []float64
 	var eff *policy.Effective
 	for range 50 {
 		t := time.Now()
 		e, err := policyset.Effective()
 		if err != nil {
-			return nil, err
+			return err
 		}
-		compile = append(compile, micros(time.Since(t)))
+		compiles = append(compiles, micros(time.Since(t)))
 		eff = e
 	}
-	rep.Compile, _ = stats.Summarize(compile)
+	rep.Compile, _ = stats.Summarize(compiles)
 	reqs := policyset.Requests()
+	rows := make([]schema.PolicyRow, len(reqs))
+	order := rand.New(rand.NewPCG(f.Seed, f.Seed^0x9e3779b97f4a7c15)).Perm(len(reqs))
 	var all []float64
-	for _, q := range reqs {
-		for range rounds {
-			eff.Decide(q) // warm-up
+	for _, i := range order {
+		q := reqs[i]
+		for range f.Warmup {
+			eff.Decide(q)
 		}
-		samples := make([]float64, rounds)
+		samples := make([]float64, f.Rounds)
 		var d policy.Decision
-		for i := range samples {
+		for j := range samples {
 			t := time.Now()
 			d = eff.Decide(q)
-			samples[i] = micros(time.Since(t))
+			samples[j] = micros(time.Since(t))
 		}
 		all = append(all, samples...)
 		s, _ := stats.Summarize(samples)
-		rep.Rows = append(rep.Rows, row{Request: q.String(), Effect: d.Effect.String(), Micros: s})
+		rows[i] = schema.PolicyRow{Request: q.String(), Effect: d.Effect.String(), Micros: s}
 		runtime.GC() // keep one request's garbage out of the next one's samples
 	}
+	rep.Requests = rows
 	s, _ := stats.Summarize(all)
-	rep.Mix = row{Request: fmt.Sprintf("all %d requests", len(reqs)), Micros: s}
+	rep.Mix = &schema.PolicyRow{Request: fmt.Sprintf("all %d requests", len(reqs)), Micros: s}
 	for _, size := range []struct {
 		name        string
 		dirs, files int
 	}{{"small repository", 10, 10}, {"medium repository", 40, 25}, {"large repository (past the walk budget)", 100, 120}} {
 		r, err := specCompile(size.name, size.dirs, size.files)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		rep.Spec = append(rep.Spec, *r)
 	}
-	return rep, nil
+	return nil
 }
 
 // specCompile builds a workspace of dirs×dirs/4 directories holding files
 // files each, a .git with objects, config and no hooks, a few credential
 // files and rc files, and times compile.Compile of the 100-rule policy
 // for it (hooks created on the first run, as moat run would).
-func specCompile(name string, dirs, files int) (*specRow, error) {
+func specCompile(name string, dirs, files int) (*schema.PolicySpec, error) {
 	ws, err := os.MkdirTemp("", "moat-bench-ws-")
 	if err != nil {
 		return nil, err
@@ -177,7 +172,7 @@ func specCompile(name string, dirs, files int) (*specRow, error) {
 	if err != nil {
 		return nil, err
 	}
-	row := &specRow{Workspace: name, Entries: entries}
+	row := &schema.PolicySpec{Workspace: name, Entries: entries}
 	var samples []float64
 	for range 30 {
 		t := time.Now()
@@ -193,27 +188,3 @@ func specCompile(name string, dirs, files int) (*specRow, error) {
 }
 
 func micros(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
-
-func markdown(r *report) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "# moat policy decision benchmark\n\nMachine: %s, %s, %d × %s, %s; commit %s; %s.\n\n",
-		r.Machine.Kernel, r.Machine.OS, r.Machine.CPUs, r.Machine.CPUModel, r.Machine.GoVersion, r.Commit, r.Date)
-	fmt.Fprintf(&b, "Policy: internal/policyset, 100 rules in three layers (managed, project, user with the trusted profile). "+
-		"Each request is decided %d times after as many warm-up decisions; each sample is one `Decide` call, timed alone (wall clock, µs).\n\n", r.Rounds)
-	b.WriteString("| request | effect | p50 µs | p95 µs | p99 µs | max µs |\n|---|---|--:|--:|--:|--:|\n")
-	line := func(w io.Writer, x row) {
-		fmt.Fprintf(w, "| `%s` | %s | %.2f | %.2f | %.2f | %.1f |\n", strings.ReplaceAll(x.Request, "|", "\\|"), x.Effect, x.Micros.P50, x.Micros.P95, x.Micros.P99, x.Micros.Max)
-	}
-	for _, x := range r.Rows {
-		line(&b, x)
-	}
-	line(&b, r.Mix)
-	fmt.Fprintf(&b, "\nCompiling the policy (parse and compile the three layers): p50 %.0f µs, p95 %.0f µs (50 runs).\n", r.Compile.P50, r.Compile.P95)
-	b.WriteString("\nCompiling the policy into a sandbox spec (`compile.Compile`: search the bound workspace for protected and credential files, " +
-		"untrusted profile, 30 runs each; the walk budget is 5,000 entries, breadth first; `.git/objects` is not searched):\n\n" +
-		"| workspace | entries | searched | restrictions | p50 µs | p95 µs |\n|---|--:|--:|--:|--:|--:|\n")
-	for _, x := range r.Spec {
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %.0f | %.0f |\n", x.Workspace, x.Entries, x.Walked, x.Restrict, x.Micros.P50, x.Micros.P95)
-	}
-	return b.String()
-}

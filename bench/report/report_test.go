@@ -9,11 +9,18 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/moat-sandbox/moat/bench/render"
+	"github.com/moat-sandbox/moat/bench/schema"
 )
+
+// fixtures holds a results file of every kind, in the schema
+// (bench/schema's test data).
+var fixtures = filepath.Join("..", "schema", "testdata", "full")
 
 // generateInto runs the report on the results in dir and returns the
 // markdown, the summary and the report's directory.
-func generateInto(t *testing.T, results string) (md string, sum *summary, docs string) {
+func generateInto(t *testing.T, results string) (md string, sum *schema.Summary, docs string) {
 	t.Helper()
 	out := t.TempDir()
 	docs = filepath.Join(out, "docs")
@@ -46,9 +53,10 @@ func line(t *testing.T, md, prefix string) string {
 	return ""
 }
 
+// readFixture reads a fixture as raw JSON.
 func readFixture[T any](t *testing.T, name string) *T {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", "full", name))
+	b, err := os.ReadFile(filepath.Join(fixtures, name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,12 +67,37 @@ func readFixture[T any](t *testing.T, name string) *T {
 	return v
 }
 
+// fixture decodes the results fixture of kind through the schema.
+func fixture[T schema.Result](t *testing.T, kind string) T {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(fixtures, schema.FileName(kind)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := schema.Decode(b, kind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.(T)
+}
+
+// The formatting the renderer applies, for the expected cells.
+func num(v float64) string   { return render.Num(v) }
+func ratio(v float64) string { return fmt.Sprintf("%.2f×", v) }
+func mib(kib float64) string { return fmt.Sprintf("%.2f", kib/1024) }
+func verdict(met bool) string {
+	if met {
+		return "**met**"
+	}
+	return "**not met**"
+}
+
 func TestFullReport(t *testing.T) {
-	md, sum, docs := generateInto(t, filepath.Join("testdata", "full"))
+	md, sum, docs := generateInto(t, fixtures)
 
 	// Figures computed from the fixtures, formatted as the report does.
-	st := readFixture[startupFile](t, "startup.json")
-	moat, bwrap, runc := st.system("moat"), st.system("bwrap"), st.system("runc")
+	st := fixture[*schema.Startup](t, "startup")
+	moat, bwrap, runc := st.System("moat"), st.System("bwrap"), st.System("runc")
 	row := line(t, md, "| cold start, `moat run -- /bin/true` |")
 	for _, want := range []string{
 		num(*moat.P50) + " ms", num(*moat.P95) + " ms", num(*moat.P99) + " ms",
@@ -81,7 +114,7 @@ func TestFullReport(t *testing.T) {
 
 	// A skipped peer has its reason in its own row, in the peers table
 	// and in the headline; the peers never runnable here too.
-	reason := st.system("runsc").SkippedReason
+	reason := st.System("runsc").SkippedReason
 	for _, prefix := range []string{"| gVisor (`runsc`) |", "| cold start, gVisor `runsc` |"} {
 		if row := line(t, md, prefix); !strings.Contains(row, "skipped: "+reason) {
 			t.Errorf("row %q lacks the skipped reason:\n%s", prefix, row)
@@ -101,8 +134,8 @@ func TestFullReport(t *testing.T) {
 	}
 
 	// The other benchmarks' headline figures.
-	cp := readFixture[controlplaneFile](t, "controlplane.json")
-	api := findRow(cp.TTI, "sequential", "api")
+	cp := fixture[*schema.Controlplane](t, "controlplane")
+	api := schema.Row(cp.TTI, "sequential", schema.KindAPI)
 	row = line(t, md, "| time to interactive (API create → first `echo`), sequential |")
 	if !strings.Contains(row, num(api.Stats.P50)+" ms") || !strings.Contains(row, "**met**") {
 		t.Errorf("TTI row: %s", row)
@@ -111,7 +144,7 @@ func TestFullReport(t *testing.T) {
 	if !strings.Contains(row, num(cp.Exec.Stats.P50)+" ms") || !strings.Contains(row, "**met**") {
 		t.Errorf("exec row: %s", row)
 	}
-	de := readFixture[densityFile](t, "density.json")
+	de := fixture[*schema.Density](t, "density")
 	row = line(t, md, "| density: moat memory (PSS) per sandbox at 1000 live |")
 	if !strings.Contains(row, num(de.Density.MoatPSSPerSandboxKiB)+" KiB") || !strings.Contains(row, "**met**") {
 		t.Errorf("density row: %s", row)
@@ -144,7 +177,7 @@ func TestFullReport(t *testing.T) {
 	}
 
 	// Plots: written, non-empty PNGs, linked relatively.
-	for _, name := range knownPlots {
+	for _, name := range render.KnownPlots() {
 		if !strings.Contains(md, "](perf/"+name+".png)") {
 			t.Errorf("report does not link perf/%s.png", name)
 		}
@@ -161,7 +194,7 @@ func TestFullReport(t *testing.T) {
 	}
 
 	// summary.json: stable IDs, the same numbers, goals and verdicts.
-	byID := map[string]figure{}
+	byID := map[string]schema.Figure{}
 	for _, f := range sum.Figures {
 		byID[f.ID] = f
 	}
@@ -202,7 +235,7 @@ func TestFullReport(t *testing.T) {
 // The same results give the same report, byte for byte.
 func TestDeterministic(t *testing.T) {
 	out := t.TempDir()
-	args := []string{"--results", filepath.Join("testdata", "full"), "--out", filepath.Join(out, "P.md"), "--plots", filepath.Join(out, "perf")}
+	args := []string{"--results", fixtures, "--out", filepath.Join(out, "P.md"), "--plots", filepath.Join(out, "perf")}
 	var first []byte
 	var firstPNG []byte
 	for i := range 2 {
@@ -225,7 +258,7 @@ func TestDeterministic(t *testing.T) {
 func copyFixture(t *testing.T, dst string, names ...string) {
 	t.Helper()
 	for _, n := range names {
-		b, err := os.ReadFile(filepath.Join("testdata", "full", n))
+		b, err := os.ReadFile(filepath.Join(fixtures, n))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -316,7 +349,7 @@ func TestMalformed(t *testing.T) {
 	}
 }
 
-func writeSummaryFile(t *testing.T, s *summary) string {
+func writeSummaryFile(t *testing.T, s *schema.Summary) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "summary.json")
 	if err := writeSummary(p, s); err != nil {
@@ -327,12 +360,12 @@ func writeSummaryFile(t *testing.T, s *summary) string {
 
 func TestCompare(t *testing.T) {
 	yes, no := true, false
-	old := writeSummaryFile(t, &summary{Commit: "aaa", Date: "2026-01-01T00:00:00Z", Figures: []figure{
+	old := writeSummaryFile(t, &schema.Summary{Commit: "aaa", Date: "2026-01-01T00:00:00Z", Figures: []schema.Figure{
 		{ID: "startup.moat.p50_ms", Title: "cold start, moat, p50", Unit: "ms", Value: 10, Better: "lower"},
 		{ID: "controlplane.tti.sequential.api.p50_ms", Title: "tti", Unit: "ms", Value: 12, Goal: "< 10", Met: &no, Better: "lower"},
 		{ID: "gone", Title: "a figure removed", Unit: "ms", Value: 1},
 	}})
-	cur := writeSummaryFile(t, &summary{Commit: "bbb", Date: "2026-01-02T00:00:00Z", Figures: []figure{
+	cur := writeSummaryFile(t, &schema.Summary{Schema: schema.Version, Commit: "bbb", Date: "2026-01-02T00:00:00Z", Figures: []schema.Figure{
 		{ID: "startup.moat.p50_ms", Title: "cold start, moat, p50", Unit: "ms", Value: 11, Better: "lower"},
 		{ID: "controlplane.tti.sequential.api.p50_ms", Title: "tti", Unit: "ms", Value: 9, Goal: "< 10", Met: &yes, Better: "lower"},
 		{ID: "added", Title: "a new figure", Unit: "×", Value: 2},
@@ -383,7 +416,7 @@ func rowTitle(id string) string {
 
 // A full run's summary compared with itself: every figure, no change.
 func TestCompareSelf(t *testing.T) {
-	_, sum, _ := generateInto(t, filepath.Join("testdata", "full"))
+	_, sum, _ := generateInto(t, fixtures)
 	p := writeSummaryFile(t, sum)
 	var stdout bytes.Buffer
 	if code := run([]string{"--compare", p, p}, &stdout, &bytes.Buffer{}); code != 0 {
@@ -394,33 +427,8 @@ func TestCompareSelf(t *testing.T) {
 	}
 }
 
-func TestGoalsAndFormatting(t *testing.T) {
-	for _, c := range []struct {
-		g    goal
-		want string
-	}{
-		{goalTTI, "p50 < 10 ms"},
-		{goalSyscall, "p50 ≤ 5%"},
-		{goalDensityLive, "≥ 1000 sandboxes"},
-		{goalProxyRatio, "p50 ≥ 0.8×"},
-		{goalPolicy, "p99 < 50 µs"},
-	} {
-		if got := c.g.String(); got != c.want {
-			t.Errorf("goal %+v = %q, want %q", c.g, got, c.want)
-		}
-	}
-	if !goalTTI.met(9.99) || goalTTI.met(10) || !goalSyscall.met(5) || goalDensityLive.met(999) {
-		t.Error("goal comparisons")
-	}
-	if got := escapePipes("`a | b` and \\| c"); got != "`a \\| b` and \\| c" {
-		t.Errorf("escapePipes = %q", got)
-	}
-	if got := slower(6, 2); got != "3.00× slower" {
-		t.Error(got)
-	}
-	if got := slower(2, 6); got != "3.00× faster" {
-		t.Error(got)
-	}
+// The log axis marks 1, 2 and 5 times the powers of ten.
+func TestLogTicks(t *testing.T) {
 	var labels []string
 	for _, tk := range (logTicks{}).Ticks(0.4, 60) {
 		if tk.Label != "" {
@@ -472,8 +480,8 @@ func TestPartialResults(t *testing.T) {
 // auth flood, their headline rows and figures; --section prints the
 // section and those rows alone.
 func TestDaemonSection(t *testing.T) {
-	md, sum, _ := generateInto(t, filepath.Join("testdata", "full"))
-	de := readFixture[daemonFile](t, "daemon.json")
+	md, sum, _ := generateInto(t, fixtures)
+	de := fixture[*schema.Daemon](t, "daemon")
 	def, small := &de.Flood[0], &de.Flood[1]
 
 	// Default budgets: growth under budget + 25%; but one exec's answer
@@ -521,7 +529,7 @@ func TestDaemonSection(t *testing.T) {
 		t.Errorf("provenance row: %s", row)
 	}
 
-	byID := map[string]figure{}
+	byID := map[string]schema.Figure{}
 	for _, f := range sum.Figures {
 		byID[f.ID] = f
 	}
@@ -545,7 +553,7 @@ func TestDaemonSection(t *testing.T) {
 
 	// --section: the section alone, then its headline rows; nothing else.
 	var stdout, stderr bytes.Buffer
-	if code := run([]string{"--results", filepath.Join("testdata", "full"), "--section", "daemon"}, &stdout, &stderr); code != 0 {
+	if code := run([]string{"--results", fixtures, "--section", "daemon"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("--section: exit %d: %s", code, stderr.String())
 	}
 	out := stdout.String()
@@ -557,7 +565,30 @@ func TestDaemonSection(t *testing.T) {
 	if strings.Count(rows, "\n| output flood") != 4 || strings.Count(rows, "\n| durable exec throughput") != 3 || strings.Contains(rows, "| cold start") {
 		t.Errorf("--section's headline rows:\n%s", rows)
 	}
-	if code := run([]string{"--results", filepath.Join("testdata", "full"), "--section", "nope"}, &bytes.Buffer{}, &bytes.Buffer{}); code != 1 {
+	if code := run([]string{"--results", fixtures, "--section", "nope"}, &bytes.Buffer{}, &bytes.Buffer{}); code != 1 {
 		t.Errorf("--section nope: exit %d, want 1", code)
+	}
+}
+
+// --render prints one results file's markdown, as its benchmark writes
+// it; a file of another schema version is refused.
+func TestRender(t *testing.T) {
+	for _, kind := range schema.Kinds() {
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{"--render", filepath.Join(fixtures, schema.FileName(kind))}, &stdout, &stderr); code != 0 {
+			t.Fatalf("%s: exit %d: %s", kind, code, stderr.String())
+		}
+		want, err := render.Markdown(fixture[schema.Result](t, kind))
+		if err != nil || stdout.String() != want {
+			t.Errorf("%s: --render printed something else than render.Markdown (%v)", kind, err)
+		}
+	}
+	old := filepath.Join(t.TempDir(), "daemon.json")
+	if err := os.WriteFile(old, []byte(`{"machine": {}, "flood": []}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	if code := run([]string{"--render", old}, &bytes.Buffer{}, &stderr); code != 1 || !strings.Contains(stderr.String(), "another schema version") {
+		t.Errorf("a version 1 file: exit %d: %s", code, stderr.String())
 	}
 }

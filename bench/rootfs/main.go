@@ -11,18 +11,22 @@
 //     files (time the sandbox is paused, snapshot size);
 //   - fork: create a sandbox from that snapshot → first `echo`.
 //
-// The create → echo kinds alternate round by round so drift hits them
-// alike. Figures go to stdout as markdown and to --out as JSON. Run as
-// root (go run ./bench/rootfs); it exits non-zero when a measured run fails.
+// Each round runs every create → echo kind once, in a fresh random order
+// (--seed), so drift hits them alike. The results go to --json, their
+// markdown (bench/render) to --markdown or stdout. Run as root, from bench/:
+//
+//	go run ./rootfs --json results/rootfs.json
+//
+// It exits non-zero when a measured run fails.
 package main
 
 import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -37,8 +41,9 @@ import (
 
 	"github.com/moat-sandbox/moat/api"
 	"github.com/moat-sandbox/moat/audit"
-	"github.com/moat-sandbox/moat/bench/internal/machine"
+	"github.com/moat-sandbox/moat/bench/internal/cli"
 	"github.com/moat-sandbox/moat/bench/internal/stats"
+	"github.com/moat-sandbox/moat/bench/schema"
 	"github.com/moat-sandbox/moat/client"
 	"github.com/moat-sandbox/moat/config"
 	"github.com/moat-sandbox/moat/runtime/linux"
@@ -48,42 +53,71 @@ import (
 	"github.com/moat-sandbox/moat/templates"
 )
 
+// spec is how bench/rootfs takes the common flags: it runs the control
+// plane in-process from the checkout's packages, so it takes no --moat.
+var spec = cli.Spec{
+	Name:        "rootfs",
+	About:       "Measures warm pools, templates, snapshots and forks through the in-process control plane. Run as root.",
+	Rounds:      200,
+	Warmup:      10,
+	RoundsUsage: "measured create → echo rounds, each running every kind once, in a random order",
+	WarmupUsage: "unrecorded rounds first",
+	MinRounds:   1,
+	NoMoat:      true,
+}
+
+type options struct {
+	cli.Flags
+	snapRounds, forks, snapMiB, pool int
+}
+
+// maxErrors is how many failures the results keep verbatim.
+const maxErrors = 20
+
 func main() {
 	linux.RunHelper()
-	rounds := flag.Int("rounds", 200, "measured create → echo rounds per kind")
-	warmup := flag.Int("warmup", 10, "unrecorded rounds first")
-	snapRounds := flag.Int("snapshot-rounds", 10, "snapshots taken (each of a fresh sandbox)")
-	forks := flag.Int("forks", 10, "forks measured per snapshot")
-	snapMiB := flag.Int("snapshot-mib", 100, "MiB written before each snapshot")
-	poolSize := flag.Int("pool", 4, "warm pool size")
-	out := flag.String("out", "", "JSON results file (default bench/results/rootfs-TIME.json)")
-	flag.Parse()
-	if err := run(*rounds, *warmup, *snapRounds, *forks, *snapMiB, *poolSize, *out); err != nil {
-		fmt.Fprintln(os.Stderr, "bench/rootfs:", err)
-		os.Exit(1)
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is the whole program; it returns the exit code: 0, 1 when a measured
+// run failed or the results could not be written, 2 on bad usage.
+func run(args []string, stdout, stderr io.Writer) int {
+	o := &options{}
+	fs := spec.FlagSet(stderr, &o.Flags)
+	fs.IntVar(&o.snapRounds, "snapshot-rounds", 10, "snapshots taken (each of a fresh sandbox)")
+	fs.IntVar(&o.forks, "forks", 10, "forks measured per snapshot")
+	fs.IntVar(&o.snapMiB, "snapshot-mib", 100, "MiB written before each snapshot")
+	fs.IntVar(&o.pool, "pool", 4, "warm pool size")
+	if err := spec.Parse(fs, args, &o.Flags); err != nil {
+		return spec.Exit(stderr, err)
 	}
-}
-
-// result is the JSON output.
-type result struct {
-	Machine   machine.Host             `json:"machine"`
-	Commit    string                   `json:"commit"`
-	Date      string                   `json:"date"`
-	LoadAvg   string                   `json:"loadavg"`
-	Kinds     map[string]stats.Summary `json:"kinds"` // ms
-	PoolHits  int                      `json:"pool_hits"`
-	PoolTries int                      `json:"pool_tries"`
-	Snapshot  snapshotFigures          `json:"snapshot"`
-	Failures  int                      `json:"failures"`
-	Args      []string                 `json:"args"`
-	// Samples holds each kind's measured times (ms) in the order taken.
-	Samples map[string][]float64 `json:"samples,omitempty"`
-}
-
-type snapshotFigures struct {
-	MiB       int     `json:"written_mib"`
-	MeanBytes float64 `json:"mean_bytes"`
-	Entries   int     `json:"entries"`
+	if o.snapRounds < 0 || o.forks < 0 || o.snapMiB < 0 || o.pool < 1 {
+		return spec.Exit(stderr, fmt.Errorf("%w: --snapshot-rounds, --forks and --snapshot-mib must not be negative, --pool at least 1", cli.ErrUsage))
+	}
+	logf := spec.Logf(stderr)
+	start := time.Now()
+	res := &schema.Rootfs{
+		Run:    spec.Start(&o.Flags, args, start),
+		Config: schema.RootfsConfig{SnapshotRounds: o.snapRounds, Forks: o.forks, SnapshotMiB: o.snapMiB, Pool: o.pool},
+		Kinds:  map[string]stats.Summary{},
+	}
+	if err := measure(o, res, logf); err != nil {
+		res.Fail(maxErrors, err.Error())
+		logf("%v", err)
+	}
+	cli.Finish(&res.Run, start)
+	if res.Failures > 0 {
+		res.Failed = true
+	}
+	code := 0
+	if res.Failed {
+		code = 1
+	}
+	if err := o.Write(res, stdout, logf); err != nil {
+		logf("%v", err)
+		code = 1
+	}
+	return code
 }
 
 type env struct {
@@ -93,7 +127,16 @@ type env struct {
 	tempDir string
 }
 
-func run(rounds, warmup, snapRounds, forks, snapMiB, poolSize int, out string) error {
+// measure starts the control plane and runs the kinds, filling res; a
+// failed measured run is counted (and its error kept), an error is a
+// failed set-up.
+func measure(o *options, res *schema.Rootfs, logf func(string, ...any)) error {
+	rounds, warmup, snapRounds, forks, snapMiB, poolSize := o.Rounds, o.Warmup, o.snapRounds, o.forks, o.snapMiB, o.pool
+	failed := func(what string, err error) {
+		res.Failures++
+		res.Fail(maxErrors, what+": "+err.Error())
+		logf("%s: %v", what, err)
+	}
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "moat-bench-rootfs-")
 	if err != nil {
@@ -106,8 +149,6 @@ func run(rounds, warmup, snapRounds, forks, snapMiB, poolSize int, out string) e
 	}
 	defer stop()
 
-	res := &result{Machine: machine.Describe(), Commit: machine.GitCommit(), Date: time.Now().UTC().Format(time.RFC3339), LoadAvg: machine.LoadAvg(),
-		Kinds: map[string]stats.Summary{}, Args: os.Args[1:]}
 	samples := map[string][]float64{}
 	kinds := []struct {
 		name string
@@ -118,13 +159,14 @@ func run(rounds, warmup, snapRounds, forks, snapMiB, poolSize int, out string) e
 		{"cold-oci", api.CreateSandbox{Template: "bench-oci"}},
 		{"warm-runtime", api.CreateSandbox{}},
 	}
+	rng := rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))
 	for i := range warmup + rounds {
-		for _, k := range kinds {
+		for _, ki := range rng.Perm(len(kinds)) {
+			k := kinds[ki]
 			if k.name == "warm-runtime" {
 				ms, err := e.runtimeClaim(ctx)
 				if err != nil {
-					res.Failures++
-					fmt.Fprintf(os.Stderr, "%s: %v\n", k.name, err)
+					failed(k.name, err)
 				} else if i >= warmup {
 					samples[k.name] = append(samples[k.name], ms)
 				}
@@ -135,8 +177,7 @@ func run(rounds, warmup, snapRounds, forks, snapMiB, poolSize int, out string) e
 			}
 			ms, info, err := e.createEcho(ctx, k.req)
 			if err != nil {
-				res.Failures++
-				fmt.Fprintf(os.Stderr, "%s: %v\n", k.name, err)
+				failed(k.name, err)
 				continue
 			}
 			if i < warmup {
@@ -157,8 +198,7 @@ func run(rounds, warmup, snapRounds, forks, snapMiB, poolSize int, out string) e
 	for range snapRounds {
 		snapMs, sn, forkMs, err := e.snapshotFork(ctx, snapMiB, forks)
 		if err != nil {
-			res.Failures++
-			fmt.Fprintln(os.Stderr, "snapshot:", err)
+			failed("snapshot", err)
 			continue
 		}
 		samples["snapshot"] = append(samples["snapshot"], snapMs)
@@ -175,20 +215,6 @@ func run(rounds, warmup, snapRounds, forks, snapMiB, poolSize int, out string) e
 		}
 	}
 	res.Samples = samples
-	report(os.Stdout, res)
-	if out == "" {
-		out = filepath.Join("bench", "results", "rootfs-"+time.Now().UTC().Format("20060102T150405")+".json")
-	}
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		return err
-	}
-	if err := machine.WriteJSON(out, res); err != nil {
-		return err
-	}
-	fmt.Println("\nresults:", out)
-	if res.Failures > 0 {
-		return fmt.Errorf("%d measured runs failed", res.Failures)
-	}
 	return nil
 }
 
@@ -389,25 +415,4 @@ func ociImage(path string) (string, error) {
 		return "", err
 	}
 	return path, p.AppendImage(img)
-}
-
-// report prints the figures as markdown.
-func report(w io.Writer, r *result) {
-	m := r.Machine
-	fmt.Fprintf(w, "## Templates, warm pools, snapshots (bench/rootfs)\n\n%s, kernel %s, %d CPUs (%s), commit %s, load %s\n\n",
-		m.OS, m.Kernel, m.CPUs, m.CPUModel, r.Commit, r.LoadAvg)
-	fmt.Fprintln(w, "| kind | n | p50 ms | p95 ms | p99 ms |")
-	fmt.Fprintln(w, "|---|---|---|---|---|")
-	for _, k := range []string{"warm", "warm-runtime", "cold-host", "cold-oci", "snapshot", "fork"} {
-		s, ok := r.Kinds[k]
-		if !ok {
-			continue
-		}
-		fmt.Fprintf(w, "| %s | %d | %.2f | %.2f | %.2f |\n", k, s.N, s.P50, s.P95, s.P99)
-	}
-	fmt.Fprintf(w, "\nwarm pool hits: %d of %d claims; snapshot of %d MiB written: %.1f MiB stored per snapshot, %d entries\n",
-		r.PoolHits, r.PoolTries, r.Snapshot.MiB, r.Snapshot.MeanBytes/(1<<20), r.Snapshot.Entries)
-	if h, c := r.Kinds["warm"], r.Kinds["cold-host"]; h.P50 > 0 {
-		fmt.Fprintf(w, "cold-host / warm p50: %.1f×; cold-oci / cold-host p50: %.2f×\n", c.P50/h.P50, r.Kinds["cold-oci"].P50/c.P50)
-	}
 }

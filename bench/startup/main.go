@@ -12,12 +12,11 @@
 // (non-zero exit, timeout) is recorded and the program exits 1 at the
 // end; slowness never fails it.
 //
-//	go run ./bench/startup --moat bin/moat --json out.json --markdown out.md
+//	go run ./startup --json results/startup.json --markdown results/startup.md   (from bench/)
 package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -27,18 +26,29 @@ import (
 	"strings"
 	"time"
 
+	"github.com/moat-sandbox/moat/bench/internal/cli"
 	"github.com/moat-sandbox/moat/bench/internal/machine"
 	"github.com/moat-sandbox/moat/bench/internal/stats"
+	"github.com/moat-sandbox/moat/bench/schema"
 )
 
+// spec is how bench/startup takes the common flags. It checks the moat
+// binary itself: a missing one skips the moat rows.
+var spec = cli.Spec{
+	Name:          "startup",
+	About:         "Times cold starts of " + benchCommand + " under several systems, alternating round by round.",
+	Rounds:        300,
+	Warmup:        20,
+	RoundsUsage:   "measured rounds (each runs every system once, in a fresh random order)",
+	WarmupUsage:   "warm-up rounds, run the same way but not recorded",
+	MinRounds:     1,
+	MoatUnchecked: true,
+}
+
 type options struct {
-	rounds, warmup int
-	moat           string
-	jsonPath       string
-	mdPath         string
-	systems        []string
-	seed           uint64
-	runTimeout     time.Duration
+	cli.Flags
+	systems    []string
+	runTimeout time.Duration
 }
 
 // maxErrors is how many failures per system the report keeps verbatim.
@@ -53,20 +63,14 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) int {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintln(stderr, "startup:", err)
-		return 2
+		return spec.Exit(stderr, err)
 	}
+	logf := spec.Logf(stderr)
 	start := time.Now()
-	rep := &report{
-		Machine: collectMachine(start),
-		Config: config{
-			Command:       benchCommand,
-			Rounds:        o.rounds,
-			Warmup:        o.warmup,
-			Seed:          o.seed,
+	rep := &schema.Startup{
+		Run: spec.Start(&o.Flags, args, start),
+		Config: schema.StartupConfig{
+			Workload:      benchCommand,
 			RunTimeoutSec: int(o.runTimeout / time.Second),
 			Order:         "alternating: each round runs every system once, in a freshly shuffled order",
 			Timing:        "wall-clock around os/exec cmd.Run(): fork, exec, run, exit, reap",
@@ -76,7 +80,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	// Prepare every selected system; a missing binary is a skip.
 	type active struct {
-		res  *systemResult
+		res  *schema.StartupSystem
 		argv []string
 	}
 	var runs []active
@@ -84,7 +88,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if !slices.Contains(o.systems, sys.name) {
 			continue
 		}
-		rep.Systems = append(rep.Systems, systemResult{Name: sys.name, About: sys.about})
+		rep.Systems = append(rep.Systems, schema.StartupSystem{Name: sys.name, About: sys.about})
 		res := &rep.Systems[len(rep.Systems)-1]
 		p, err := sys.prepare(o)
 		var skip *skipError
@@ -92,14 +96,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		case errors.As(err, &skip):
 			res.SkippedReason = skip.reason
 			if skip.version != "" {
-				rep.Machine.Versions[sys.name] = skip.version
+				rep.Versions[sys.name] = skip.version
 			}
-			fmt.Fprintf(stderr, "startup: skipping %s: %s\n", sys.name, skip.reason)
+			logf("skipping %s: %s", sys.name, skip.reason)
 			continue
 		case err != nil:
 			res.Failed = 1
 			res.Errors = []string{"prepare: " + err.Error()}
-			fmt.Fprintf(stderr, "startup: %s: prepare: %v\n", sys.name, err)
+			logf("%s: prepare: %v", sys.name, err)
 			continue
 		}
 		if p.cleanup != nil {
@@ -107,7 +111,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		res.Argv = p.argv
 		res.Command = machine.ShellQuote(p.argv)
-		rep.Machine.Versions[sys.name] = p.version
+		rep.Versions[sys.name] = p.version
 	}
 	// rep.Systems is complete: pointers into it are stable from here on.
 	for i := range rep.Systems {
@@ -119,21 +123,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(runs) > 0 {
 		t, err := machine.NewTimer(o.runTimeout, false)
 		if err != nil {
-			fmt.Fprintln(stderr, "startup:", err)
+			logf("%v", err)
 			return 1
 		}
 		defer t.Close()
-		fmt.Fprintf(stderr, "startup: %d systems, %d warm-up + %d measured rounds, seed %d\n",
-			len(runs), o.warmup, o.rounds, o.seed)
-		rng := rand.New(rand.NewPCG(o.seed, o.seed^0x9e3779b97f4a7c15))
+		logf("%d systems, %d warm-up + %d measured rounds, seed %d", len(runs), o.Warmup, o.Rounds, o.Seed)
+		rng := rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))
 		order := make([]int, len(runs))
 		for i := range order {
 			order[i] = i
 		}
-		total := o.warmup + o.rounds
-		step := max(1, o.rounds/10)
+		total := o.Warmup + o.Rounds
+		step := max(1, o.Rounds/10)
 		for round := range total {
-			measured := round >= o.warmup
+			measured := round >= o.Warmup
 			rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 			// Collect garbage between rounds, never inside a timed run.
 			runtime.GC()
@@ -143,7 +146,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 				if err != nil {
 					a.res.Failed++
 					if len(a.res.Errors) < maxErrors {
-						phase := fmt.Sprintf("round %d", round-o.warmup+1)
+						phase := fmt.Sprintf("round %d", round-o.Warmup+1)
 						if !measured {
 							phase = fmt.Sprintf("warm-up round %d", round+1)
 						}
@@ -156,20 +159,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 				}
 			}
 			if measured {
-				if done := round - o.warmup + 1; done%step == 0 || done == o.rounds {
-					fmt.Fprintf(stderr, "startup: %d/%d rounds\n", done, o.rounds)
+				if done := round - o.Warmup + 1; done%step == 0 || done == o.Rounds {
+					logf("%d/%d rounds", done, o.Rounds)
 				}
 			}
 		}
 	}
-	rep.Config.DurationSec = int(time.Since(start).Round(time.Second) / time.Second)
+	cli.Finish(&rep.Run, start)
 
 	for i := range rep.Systems {
 		r := &rep.Systems[i]
-		r.setStats()
+		setStats(r)
 		if r.Failed > 0 {
 			rep.Failed = true
-			fmt.Fprintf(stderr, "startup: %s: %d failed run(s); first: %s\n", r.Name, r.Failed, r.Errors[0])
+			logf("%s: %d failed run(s); first: %s", r.Name, r.Failed, r.Errors[0])
 		}
 	}
 	fillRatios(rep.Systems)
@@ -178,56 +181,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if rep.Failed {
 		code = 1
 	}
-	if o.jsonPath != "" {
-		if err := machine.WriteJSON(o.jsonPath, rep); err != nil {
-			fmt.Fprintln(stderr, "startup:", err)
-			code = 1
-		} else {
-			fmt.Fprintln(stderr, "startup: wrote", o.jsonPath)
-		}
-	}
-	md := markdown(rep)
-	if o.mdPath != "" {
-		if err := os.WriteFile(o.mdPath, []byte(md), 0o644); err != nil {
-			fmt.Fprintln(stderr, "startup:", err)
-			code = 1
-		} else {
-			fmt.Fprintln(stderr, "startup: wrote", o.mdPath)
-		}
-	} else {
-		fmt.Fprint(stdout, md)
+	if err := o.Write(rep, stdout, logf); err != nil {
+		logf("%v", err)
+		code = 1
 	}
 	return code
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
-	fs := flag.NewFlagSet("startup", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.IntVar(&o.rounds, "rounds", 300, "measured rounds (each runs every system once)")
-	fs.IntVar(&o.warmup, "warmup", 20, "warm-up rounds, run the same way but not recorded")
-	fs.StringVar(&o.moat, "moat", "./bin/moat", "path of the moat binary")
-	fs.StringVar(&o.jsonPath, "json", "", "write machine-readable results to `FILE`")
-	fs.StringVar(&o.mdPath, "markdown", "", "write the markdown report to `FILE` (default: print it)")
+	fs := spec.FlagSet(stderr, &o.Flags)
 	list := fs.String("systems", strings.Join(systemNames(), ","), "comma-separated subset of systems to run")
-	fs.Uint64Var(&o.seed, "seed", 0, "seed of the run order shuffle (default: from the clock)")
 	fs.DurationVar(&o.runTimeout, "run-timeout", 30*time.Second, "kill and fail a single run that takes longer")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: startup [flags]\n\nTimes cold starts of %s under: %s.\n\n",
-			benchCommand, strings.Join(systemNames(), ", "))
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	if err := spec.Parse(fs, args, &o.Flags); err != nil {
 		return nil, err
 	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	if o.rounds < 1 || o.warmup < 0 {
-		return nil, errors.New("--rounds must be at least 1 and --warmup not negative")
-	}
 	if o.runTimeout <= 0 {
-		return nil, errors.New("--run-timeout must be positive")
+		return nil, fmt.Errorf("%w: --run-timeout must be positive", cli.ErrUsage)
 	}
 	for name := range strings.SplitSeq(*list, ",") {
 		name = strings.TrimSpace(name)
@@ -235,17 +205,14 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 			continue
 		}
 		if !slices.Contains(systemNames(), name) {
-			return nil, fmt.Errorf("unknown system %q (known: %s)", name, strings.Join(systemNames(), ", "))
+			return nil, fmt.Errorf("%w: unknown system %q (known: %s)", cli.ErrUsage, name, strings.Join(systemNames(), ", "))
 		}
 		if !slices.Contains(o.systems, name) {
 			o.systems = append(o.systems, name)
 		}
 	}
 	if len(o.systems) == 0 {
-		return nil, errors.New("--systems selects nothing")
-	}
-	if o.seed == 0 {
-		o.seed = uint64(time.Now().UnixNano())
+		return nil, fmt.Errorf("%w: --systems selects nothing", cli.ErrUsage)
 	}
 	return o, nil
 }

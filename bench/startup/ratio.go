@@ -1,6 +1,10 @@
 package main
 
-import "math"
+import (
+	"math"
+
+	"github.com/moat-sandbox/moat/bench/schema"
+)
 
 // ratio returns num/den, or nil when either side is missing or den is not
 // positive (no reference to compare with).
@@ -15,7 +19,7 @@ func ratio(num, den *float64) *float64 {
 // fillRatios sets each result's ratio of its median to the medians of the
 // "moat" and "bare" rows; a ratio stays nil when its reference row is absent,
 // skipped or has no successful run.
-func fillRatios(results []systemResult) {
+func fillRatios(results []schema.StartupSystem) {
 	var moatP50, bareP50 *float64
 	for i := range results {
 		switch results[i].Name {

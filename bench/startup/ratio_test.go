@@ -3,6 +3,8 @@ package main
 import (
 	"math"
 	"testing"
+
+	"github.com/moat-sandbox/moat/bench/schema"
 )
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
@@ -24,7 +26,7 @@ func TestRatio(t *testing.T) {
 }
 
 func TestFillRatios(t *testing.T) {
-	rs := []systemResult{
+	rs := []schema.StartupSystem{
 		{Name: "bare", P50: ptr(0.5)},
 		{Name: "moat", P50: ptr(4)},
 		{Name: "bwrap", P50: ptr(2)},
@@ -53,7 +55,7 @@ func TestFillRatios(t *testing.T) {
 	}
 
 	// Without a moat row (--systems bare,bwrap) only the bare ratios exist.
-	rs = []systemResult{{Name: "bare", P50: ptr(1)}, {Name: "bwrap", P50: ptr(3)}}
+	rs = []schema.StartupSystem{{Name: "bare", P50: ptr(1)}, {Name: "bwrap", P50: ptr(3)}}
 	fillRatios(rs)
 	if rs[1].RatioToMoat != nil || rs[1].RatioToBare == nil || !near(*rs[1].RatioToBare, 3) {
 		t.Errorf("no moat row: bwrap ratios = %v, %v", rs[1].RatioToMoat, rs[1].RatioToBare)
@@ -61,13 +63,13 @@ func TestFillRatios(t *testing.T) {
 }
 
 func TestSetStats(t *testing.T) {
-	r := systemResult{Name: "x", SamplesMs: []float64{3, 1, 2}}
-	r.setStats()
+	r := schema.StartupSystem{Name: "x", SamplesMs: []float64{3, 1, 2}}
+	setStats(&r)
 	if r.N != 3 || r.P50 == nil || *r.P50 != 2 || *r.Min != 1 {
 		t.Errorf("setStats: n=%d p50=%v min=%v", r.N, r.P50, r.Min)
 	}
-	empty := systemResult{Name: "y"}
-	empty.setStats()
+	empty := schema.StartupSystem{Name: "y"}
+	setStats(&empty)
 	if empty.N != 0 || empty.P50 != nil || empty.Stddev != nil {
 		t.Errorf("setStats on no samples set stats: %+v", empty)
 	}

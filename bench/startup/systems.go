@@ -196,7 +196,7 @@ func prepareBare(*options) (*prepared, error) {
 }
 
 func prepareMoat(o *options) (*prepared, error) {
-	bin, err := filepath.Abs(o.moat)
+	bin, err := filepath.Abs(o.Moat)
 	if err != nil {
 		return nil, err
 	}

@@ -11,7 +11,7 @@ func TestParseFlagsSystems(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(o.systems, []string{"bwrap", "bare"}) || o.seed != 7 || o.rounds != 300 || o.warmup != 20 {
+	if !slices.Equal(o.systems, []string{"bwrap", "bare"}) || o.Seed != 7 || o.Rounds != 300 || o.Warmup != 20 {
 		t.Errorf("parseFlags: %+v", o)
 	}
 	if _, err := parseFlags([]string{"--systems", "docker"}, os.Stderr); err == nil {

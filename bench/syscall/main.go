@@ -4,14 +4,17 @@
 // outside it, alternating, in one run. Each workload times itself around
 // its loop, so sandbox start-up is not part of the figures.
 //
-//	CGO_ENABLED=0 go run ./bench/syscall --moat bin/moat [--rounds 15] [--json FILE] [--markdown FILE]
+// A failed round stops the measuring; the results hold the failure and the
+// command exits 1.
+//
+//	CGO_ENABLED=0 go run ./syscall [--rounds 15] [--json FILE] [--markdown FILE]   (from bench/)
 package main
 
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -19,8 +22,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/moat-sandbox/moat/bench/internal/cli"
 	"github.com/moat-sandbox/moat/bench/internal/machine"
 	"github.com/moat-sandbox/moat/bench/internal/stats"
+	"github.com/moat-sandbox/moat/bench/schema"
 	"golang.org/x/sys/unix"
 )
 
@@ -125,17 +130,19 @@ func probe() error {
 	return json.NewEncoder(os.Stdout).Encode(out)
 }
 
-type result struct {
-	Name        string  `json:"name"`
-	What        string  `json:"what"`
-	InsideNs    float64 `json:"inside_ns_per_op_p50"`
-	OutsideNs   float64 `json:"outside_ns_per_op_p50"`
-	OverheadPct float64 `json:"overhead_pct"`
-	InsideP95   float64 `json:"inside_ns_per_op_p95"`
-	OutsideP95  float64 `json:"outside_ns_per_op_p95"`
-	InsideP99   float64 `json:"inside_ns_per_op_p99"`
-	OutsideP99  float64 `json:"outside_ns_per_op_p99"`
+// spec is how bench/syscall takes the common flags.
+var spec = cli.Spec{
+	Name:        "syscall",
+	About:       "Times syscall and file I/O loops inside a moat sandbox and outside it, alternating. The probe must be static: CGO_ENABLED=0.",
+	Rounds:      15,
+	Warmup:      0,
+	RoundsUsage: "rounds, each running the probe inside and outside the sandbox, in a random order",
+	WarmupUsage: "warm-up rounds, run the same way but not recorded",
+	MinRounds:   1,
 }
+
+// maxErrors is how many failures the results keep verbatim.
+const maxErrors = 5
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "probe" {
@@ -145,19 +152,40 @@ func main() {
 		}
 		return
 	}
-	moat := flag.String("moat", "bin/moat", "moat binary")
-	rounds := flag.Int("rounds", 15, "rounds (each runs the probe inside and outside, in random order)")
-	jsonOut := flag.String("json", "", "write results as JSON to FILE")
-	mdOut := flag.String("markdown", "", "write a markdown table to FILE")
-	flag.Parse()
-	if err := run(*moat, *rounds, *jsonOut, *mdOut); err != nil {
-		fmt.Fprintln(os.Stderr, "syscall bench:", err)
-		os.Exit(1)
-	}
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(moat string, rounds int, jsonOut, mdOut string) error {
-	start, loadStart := time.Now(), machine.LoadAvg()
+// run is the whole program; it returns the exit code: 0, 1 when a round
+// failed or the results could not be written, 2 on bad usage.
+func run(args []string, stdout, stderr io.Writer) int {
+	var f cli.Flags
+	fs := spec.FlagSet(stderr, &f)
+	if err := spec.Parse(fs, args, &f); err != nil {
+		return spec.Exit(stderr, err)
+	}
+	logf := spec.Logf(stderr)
+	start := time.Now()
+	rep := &schema.Syscall{Run: spec.Start(&f, args, start)}
+	rep.Versions["moat"] = machine.Version(f.Moat, "version")
+	if err := measure(&f, rep, logf); err != nil {
+		rep.Fail(maxErrors, err.Error())
+		logf("%v", err)
+	}
+	cli.Finish(&rep.Run, start)
+	code := 0
+	if rep.Failed {
+		code = 1
+	}
+	if err := f.Write(rep, stdout, logf); err != nil {
+		logf("%v", err)
+		code = 1
+	}
+	return code
+}
+
+// measure runs the rounds and fills rep.Results; it stops at the first
+// failed round.
+func measure(f *cli.Flags, rep *schema.Syscall, logf func(string, ...any)) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -178,66 +206,64 @@ func run(moat string, rounds int, jsonOut, mdOut string) error {
 	}
 	// A CPU quota far above the machine's CPUs: CFS throttling at a
 	// quota of one CPU would otherwise show up as syscall overhead.
-	inside := []string{moat, "run", "--cpus", "64", "--ro", bin + ":/opt/sysbench", "--", "/opt/sysbench", "probe"}
-	outside := []string{bin, "probe"}
+	argv := map[string][]string{
+		"inside":  {f.Moat, "run", "--cpus", "64", "--ro", bin + ":/opt/sysbench", "--", "/opt/sysbench", "probe"},
+		"outside": {bin, "probe"},
+	}
 	samples := map[string]map[string][]float64{"inside": {}, "outside": {}}
-	for r := range rounds {
+	rng := rand.New(rand.NewPCG(f.Seed, f.Seed^0x9e3779b97f4a7c15))
+	var failed error
+	for r := range f.Warmup + f.Rounds {
 		order := []string{"inside", "outside"}
-		if rand.IntN(2) == 0 {
-			order[0], order[1] = order[1], order[0]
-		}
+		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 		for _, where := range order {
-			argv := inside
-			if where == "outside" {
-				argv = outside
-			}
-			out, err := exec.Command(argv[0], argv[1:]...).Output()
+			m, err := runProbe(argv[where])
 			if err != nil {
-				var ee *exec.ExitError
-				if errors.As(err, &ee) {
-					return fmt.Errorf("round %d %s: %v: %s", r, where, err, ee.Stderr)
-				}
-				return fmt.Errorf("round %d %s: %w", r, where, err)
+				failed = fmt.Errorf("round %d %s: %w", r+1, where, err)
+				break
 			}
-			var m map[string]float64
-			if err := json.Unmarshal(out, &m); err != nil {
-				return fmt.Errorf("round %d %s: %w (%q)", r, where, err, out)
+			if r < f.Warmup {
+				continue
 			}
 			for k, v := range m {
 				samples[where][k] = append(samples[where][k], v)
 			}
 		}
+		if failed != nil {
+			break
+		}
 	}
-	var results []result
 	for _, w := range workloads {
-		in, _ := stats.Summarize(samples["inside"][w.name])
-		out, _ := stats.Summarize(samples["outside"][w.name])
-		res := result{Name: w.name, What: w.what, InsideNs: in.P50, OutsideNs: out.P50, InsideP95: in.P95, OutsideP95: out.P95,
-			InsideP99: in.P99, OutsideP99: out.P99}
+		in, okIn := stats.Summarize(samples["inside"][w.name])
+		out, okOut := stats.Summarize(samples["outside"][w.name])
+		if !okIn || !okOut {
+			continue
+		}
+		res := schema.SyscallResult{Name: w.name, What: w.what, Ops: w.n, InsideNs: in.P50, OutsideNs: out.P50,
+			InsideP95: in.P95, OutsideP95: out.P95, InsideP99: in.P99, OutsideP99: out.P99}
 		res.OverheadPct = (res.InsideNs/res.OutsideNs - 1) * 100
-		results = append(results, res)
+		rep.Results = append(rep.Results, res)
+		logf("%s: %.1f ns/op inside, %.1f outside (%+.1f%%)", w.name, res.InsideNs, res.OutsideNs, res.OverheadPct)
 	}
-	var md strings.Builder
-	fmt.Fprintf(&md, "| workload | outside ns/op (p50) | inside ns/op (p50) | overhead | outside p95 | inside p95 |\n|---|--:|--:|--:|--:|--:|\n")
-	for _, r := range results {
-		fmt.Fprintf(&md, "| %s | %.1f | %.1f | %+.1f%% | %.1f | %.1f |\n", r.Name, r.OutsideNs, r.InsideNs, r.OverheadPct, r.OutsideP95, r.InsideP95)
+	if rep.Results == nil {
+		rep.Results = []schema.SyscallResult{}
 	}
-	fmt.Fprintf(&md, "\n%d rounds, inside and outside alternating in random order; each figure is the loop's own time per operation.\n", rounds)
-	for _, w := range workloads {
-		fmt.Fprintf(&md, "- %s: %s (%d ops)\n", w.name, w.what, w.n)
-	}
-	fmt.Print(md.String())
-	if mdOut != "" {
-		if err := os.WriteFile(mdOut, []byte(md.String()), 0o644); err != nil {
-			return err
+	return failed
+}
+
+// runProbe runs the probe once and returns its ns/op per workload.
+func runProbe(argv []string) (map[string]float64, error) {
+	out, err := exec.Command(argv[0], argv[1:]...).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return nil, fmt.Errorf("%v: %s", err, strings.TrimSpace(string(ee.Stderr)))
 		}
+		return nil, err
 	}
-	if jsonOut != "" {
-		rep := map[string]any{"machine": machine.Describe(), "commit": machine.GitCommit(), "date": start.UTC().Format(time.RFC3339),
-			"loadavg": loadStart, "rounds": rounds, "results": results}
-		if err := machine.WriteJSON(jsonOut, rep); err != nil {
-			return err
-		}
+	var m map[string]float64
+	if err := json.Unmarshal(out, &m); err != nil {
+		return nil, fmt.Errorf("%w (%q)", err, out)
 	}
-	return nil
+	return m, nil
 }

@@ -573,7 +573,8 @@ func TestConcurrentRuns(t *testing.T) {
 		if o.err != nil || o.res.ExitCode != 0 {
 			t.Fatalf("run failed: %v %+v", o.err, o.res)
 		}
-		ranges[o.res.Enforcement.UIDRange] = true
+		userns, _ := o.res.Enforcement.Lookup("user_namespace")
+		ranges[userns.Detail] = true
 	}
 	if len(ranges) != n {
 		t.Fatalf("%d concurrent sandboxes shared uid ranges: %d distinct", n, len(ranges))

@@ -25,10 +25,13 @@ var goos = []string{"linux", "darwin", "windows"}
 
 // engines are what the wire contract and the Go SDK must not compile: the
 // daemon's packages and the libraries only they need (the shell parser,
-// TOML, SQLite, OCI images, the kernel's sandboxing).
+// TOML, SQLite, OCI images, the kernel's sandboxing). Package fstree is
+// not one: the SDK's host copies (client.Sandbox.CopyIn, CopyOut) are
+// built on it, on Linux; its OCI import, which links the image
+// libraries, is fstree/oci.
 var engines = []string{
 	"policy/...", "audit", "netproxy", "store", "runtime/...", "server",
-	"templates", "guest", "fstree", "config", "cmd/...",
+	"templates", "guest", "fstree/oci", "config", "cmd/...",
 	"mvdan.cc/sh/...", "github.com/pelletier/go-toml/...", "github.com/BurntSushi/toml/...",
 	"modernc.org/sqlite/...", "github.com/google/go-containerregistry/...",
 	"github.com/landlock-lsm/...", "github.com/opencontainers/...",
@@ -52,6 +55,11 @@ var rules = []rule{
 		from: []string{"api", "client"},
 		not:  engines,
 		why:  "the wire contract and the Go SDK are plain structs and HTTP: SDK users must not compile the engines (convert at the server boundary)",
+	},
+	{
+		from: []string{"fstree"},
+		not:  engines,
+		why:  "the SDK's host copies link fstree: it stays free of the engines (the OCI import is fstree/oci)",
 	},
 	{
 		from: []string{"runtime/..."},
@@ -227,8 +235,11 @@ func TestRulesCatch(t *testing.T) {
 	add(m("api"), "sandbox")
 	add(m("admit"), "sandbox", "server")
 	add(m("client"), "api", "mvdan.cc/sh/v3/syntax")
+	add(m("fstree"), "fstree/oci")
+	add(m("fstree/oci"), "github.com/google/go-containerregistry/pkg/v1")
 	add(m("sandbox"))
 	add(&pkg{ImportPath: "mvdan.cc/sh/v3/syntax", Module: &struct{ Path string }{"mvdan.cc/sh/v3"}})
+	add(&pkg{ImportPath: "github.com/google/go-containerregistry/pkg/v1", Module: &struct{ Path string }{"github.com/google/go-containerregistry"}})
 	// Deps are transitive.
 	for name := range g {
 		seen := map[string]bool{}
@@ -255,6 +266,8 @@ func TestRulesCatch(t *testing.T) {
 	want := []string{
 		module + "/server depends on " + module + "/runtime/linux",
 		module + "/client depends on mvdan.cc/sh/v3/syntax",
+		module + "/fstree depends on " + module + "/fstree/oci",
+		module + "/fstree depends on github.com/google/go-containerregistry/pkg/v1",
 		module + "/runtime depends on " + module + "/server",
 		module + "/runtime/linux depends on " + module + "/server",
 		module + "/admit depends on " + module + "/server",

@@ -11,44 +11,85 @@ import (
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
+// The optional abilities of this runtime and its sandboxes (see
+// sandbox/optional.go).
 var (
-	_ sandbox.Capturer  = (*linuxSandbox)(nil)
-	_ sandbox.Claimable = (*linuxSandbox)(nil)
+	_ sandbox.DiffExporter        = (*linuxSandbox)(nil)
+	_ sandbox.Claimable           = (*linuxSandbox)(nil)
+	_ sandbox.EnforcementReporter = (*linuxSandbox)(nil)
+	_ sandbox.Reclaimer           = (*Runtime)(nil)
 )
 
-// Capture pauses the sandbox with the cgroup freezer, hands fn the upper
-// layer of its root and resumes it. File operations of the host (which the
-// init runs outside the freezer) are held off for the duration.
+// ExportDiff pauses the sandbox with the cgroup freezer, copies what
+// changed in the upper layer of its root since the export opts.Since into
+// dst (see diff_linux.go), resumes it and completes the diff with its
+// whiteouts and opaque markers. File operations of the host (which the
+// init runs outside the freezer) are held off while the upper layer is
+// read.
 //
 // Preconditions: the sandbox is long-lived (a one-shot sandbox has nothing
-// to capture once its call is over).
-func (s *linuxSandbox) Capture(ctx context.Context, fn func(upper *os.File, idBase uint32) error) error {
+// to export once its call is over).
+func (s *linuxSandbox) ExportDiff(ctx context.Context, dst string, opts sandbox.DiffOptions) (*sandbox.DiffStats, error) {
 	if s.closing.Load() {
-		return sandbox.ErrClosed
+		return nil, sandbox.ErrClosed
 	}
 	if s.cg == nil {
-		return fmt.Errorf("capture: %w", sandbox.ErrNoFreezer)
+		return nil, fmt.Errorf("export diff: %w", sandbox.ErrNoFreezer)
 	}
 	s.capture.Lock()
 	defer s.capture.Unlock()
-	if err := ctx.Err(); err != nil {
-		return err
+	prev, err := s.diff.base(opts.Since)
+	if err != nil {
+		return nil, err
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var c *diffCopy
+	err = s.paused(func(upper *os.File) error {
+		var err error
+		c, err = s.diff.copyUpper(ctx, upper, s.slot.hostBase(), dst, prev, opts.Limits)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("export diff: %w", err)
+	}
+	markers, gone, err := diffMarkers(dst, prev, c.seen)
+	if err != nil {
+		return nil, fmt.Errorf("export diff: %w", err)
+	}
+	st := c.stats
+	return &sandbox.DiffStats{
+		Mark:          s.diff.keep(opts.Since, c.seen),
+		Digest:        diffDigest(st.Digest, markers),
+		Bytes:         st.Bytes,
+		DiskBytes:     st.DiskBytes,
+		Entries:       st.Entries + gone,
+		Whiteouts:     c.whiteouts + gone,
+		Skipped:       st.SkippedCount,
+		StrippedSetid: st.StrippedSetid,
+	}, nil
+}
+
+// paused freezes the sandbox's cgroup, calls fn with the upper layer of its
+// root (the host's own descriptor of it, owners in host ids) and thaws the
+// cgroup when fn returns. fn must not keep upper.
+func (s *linuxSandbox) paused(fn func(upper *os.File) error) error {
 	if err := s.cg.freeze(true); err != nil {
-		return fmt.Errorf("capture: pause: %w", err)
+		return fmt.Errorf("pause: %w", err)
 	}
 	defer func() {
 		if err := s.cg.freeze(false); err != nil {
-			s.r.log.Error("resuming a sandbox after a capture failed", "sandbox", s.id, "err", err)
+			s.r.log.Error("could not resume a sandbox paused for a diff export", "sandbox", s.id, "err", err)
 		}
 	}()
 	fd, err := unix.Openat(int(s.scratch.Fd()), scratchUpper, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("capture: open upper layer: %w", err)
+		return fmt.Errorf("open upper layer: %w", err)
 	}
 	upper := os.NewFile(uintptr(fd), "upper")
 	defer upper.Close()
-	return fn(upper, s.slot.hostBase())
+	return fn(upper)
 }
 
 // SetLimits replaces the sandbox's limits: the cgroup's and the size of

@@ -220,8 +220,9 @@ func thawV1(paths map[string]string) {
 
 // taskFDs returns, on cgroup v1, the cgroup's "tasks" files opened for
 // writing by the host: the init's main thread writes "0" to each, moving
-// itself alone (joinSelf). That thread forks every sandbox process, so they
-// all start inside, while the Go runtime's other threads stay outside: it
+// itself alone (joinCgroup, init_linux.go). That thread forks every
+// sandbox process, so they all start inside, while the Go runtime's other
+// threads stay outside: it
 // creates new threads through its template thread while the main thread
 // is locked, so a sandbox that exhausts its pids limit can never starve
 // the init of threads. A thread that moves itself also skips the kernel's
@@ -262,17 +263,6 @@ func (c *sandboxCgroup) addProcess(pid int) error {
 	}
 	if err := c.mgr.AddPid("", pid); err != nil {
 		return fmt.Errorf("join cgroup: %w", err)
-	}
-	return nil
-}
-
-// joinSelf moves the calling thread into the cgroup whose "tasks" files
-// the host passed (see joinFDs). Runs in the init, on its main thread.
-func joinSelf(fds []int) error {
-	for _, fd := range fds {
-		if _, err := unix.Write(fd, []byte("0")); err != nil {
-			return err
-		}
 	}
 	return nil
 }

@@ -13,8 +13,8 @@
 // trees to the sandbox's init over a socket. Layers are idmapped through
 // the sandbox's own user namespace, so one copy of a template serves every
 // sandbox whatever its host id range; the host keeps the scratch tmpfs
-// (upper layer) to capture it (Capture, with the cgroup freezer) and to
-// resize it. The init half (Init) is the same binary re-executed as pid 1
+// (upper layer) to export its changes (ExportDiff, with the cgroup
+// freezer) and to resize it. The init half (Init) is the same binary re-executed as pid 1
 // of the sandbox: it builds the root, pivots into it, hardens itself and
 // then serves process requests (package guest). Nothing on the host
 // follows a path the sandbox could have planted.
@@ -30,4 +30,34 @@
 // is the root pivoted into (the staging tmpfs goes with the old root), and
 // the init hardened (capabilities, no_new_privs, Landlock, seccomp), so
 // that everything is in place before the first sandbox process runs.
+//
+// # Files
+//
+// The code that runs inside a sandbox, as its pid 1, is in the files
+// named init_*.go; every other file runs on the host (or in the host's
+// helper processes: the spawner, the user namespace holders).
+//
+// Inside the sandbox (the init, before it serves as package guest's agent):
+//
+//	init_linux.go          Init: receive the setup, join the cgroup, build, harden, report ready
+//	init_rootfs_linux.go   buildRoot: layers, overlay, /etc, /dev, /proc, host trees, pivot_root
+//	init_restrict_linux.go applyRestrictions: hide, read-only and pin mounts
+//	init_harden_linux.go   harden: hostname, loopback, capabilities, no_new_privs, Landlock, seccomp
+//
+// On the host:
+//
+//	runtime_linux.go      Runtime: options, New, Create, Run, Reclaim, the spawner
+//	create_linux.go       create's phases: validate, prepare, startInit, newSandbox, sendSetup, reportEnforcement
+//	provision_linux.go    what create makes beside the starting init: cgroup, seccomp program, layers, scratch tmpfs
+//	cleanup_linux.go      the undo stack that rolls back a half-built sandbox
+//	enforcement_linux.go  the enforcement report and the protections it lists
+//	sandbox_linux.go      the sandbox's handle: the control socket's read loop, Shutdown
+//	exec_linux.go, files_linux.go, capture_linux.go, netns_linux.go: what a live sandbox does
+//	hostmount_linux.go, layers_linux.go, etclayer_linux.go, cgroup_linux.go, callcgroup_linux.go,
+//	uidslot_linux.go, child_linux.go, spawner_linux.go, probe_linux.go: host resources
+//	restrict_linux.go     the host's checks of restrictions, and their wire form
+//
+// Both halves use bpfcodec.go (the seccomp program's encoding) and
+// fd_linux.go. The setup message's descriptors are laid out by package
+// guest's SetupFDs, which the host packs and the init unpacks.
 package linux

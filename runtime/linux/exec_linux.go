@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
 	"github.com/moat-sandbox/moat/guest"
@@ -51,9 +50,9 @@ type call struct {
 
 	secrets  map[string][]byte
 	streams  []*stream
-	stdinW   *os.File
-	pty      *os.File
-	firstOut atomic.Int64 // ns since start of the first output byte
+	stdin    io.WriteCloser // the process's input: a pipe, or a framed stream
+	pty      *os.File       // the pty master (descriptor passing only)
+	firstOut atomic.Int64   // ns since start of the first output byte
 
 	cc *callCgroup // the call's own cgroup (long-lived sandboxes), or nil
 
@@ -74,7 +73,11 @@ type call struct {
 
 // stream is one output stream being copied from the sandbox.
 type stream struct {
-	r       *os.File
+	r io.ReadCloser
+	// pipe is r when it is a pipe (descriptor passing), whose draining
+	// after the exit is the host's (see drain); nil for a framed stream,
+	// which the agent drains and ends.
+	pipe    *os.File
 	w       io.Writer // the caller's writer or capture, behind redaction
 	capture *output.Capture
 	spill   *spillFile
@@ -288,8 +291,9 @@ func (c *call) request() (*guest.Exec, error) {
 
 // newStream sets up the copy of one output stream to w, or into a capture
 // (and spill file) when w is nil, with secrets redacted either way.
-func (c *call) newStream(r *os.File, w io.Writer, name string) (*stream, error) {
+func (c *call) newStream(r io.ReadCloser, w io.Writer, name string) (*stream, error) {
 	st := &stream{r: r, done: make(chan struct{})}
+	st.pipe, _ = r.(*os.File)
 	if w == nil {
 		st.capture = output.NewCapture(c.p.OutputLimit)
 		w = st.capture
@@ -307,12 +311,16 @@ func (c *call) newStream(r *os.File, w io.Writer, name string) (*stream, error) 
 	return st, nil
 }
 
-// send creates the stdio pipes and hands the request to the agent.
+// send creates the stdio pipes, or opens the framed streams, and hands
+// the request to the agent.
 func (c *call) send(ex *guest.Exec) error {
 	msg := &guest.Message{Type: guest.MsgExec, ID: c.id, Exec: ex}
 	var callFDs []int
 	if c.cc != nil {
 		callFDs = []int{c.cc.fd}
+	}
+	if c.s.r.framed {
+		return c.sendFramed(ex, callFDs)
 	}
 	if c.p.TTY {
 		if err := c.s.conn.Send(msg, callFDs...); err != nil {
@@ -325,7 +333,9 @@ func (c *call) send(ex *guest.Exec) error {
 		return err
 	}
 	defer stdinR.Close()
-	c.stdinW = stdinW
+	if stdinW != nil {
+		c.stdin = stdinW
+	}
 	var childEnds []*os.File
 	defer func() {
 		for _, f := range childEnds {
@@ -352,8 +362,8 @@ func (c *call) send(ex *guest.Exec) error {
 	for _, st := range c.streams {
 		go st.copy(c.mark)
 	}
-	if c.stdinW != nil {
-		go copyStdin(c.stdinW, c.p.Stdin)
+	if c.stdin != nil {
+		go copyStdin(c.stdin, c.p.Stdin)
 	}
 	return nil
 }
@@ -432,10 +442,20 @@ var testHookDrain func(*call)
 // never stops while the pipe still holds what the process wrote before
 // it exited: a copy that is slow (a loaded host, a writer that takes its
 // time) finishes reading first (see stream.copy), so every byte the
-// process wrote is read and counted.
+// process wrote is read and counted. Framed streams are drained by the
+// agent, by the same rule, and end with FrameEnd (or with the
+// connection).
 func (c *call) drain() {
 	s := c.s
 	s.r.log.Debug("process ended", "sandbox", s.id, "after", time.Since(s.created).String())
+	if c.execErr != nil {
+		// The process never ran: the agent has no streams of it.
+		for _, st := range c.streams {
+			if st.pipe == nil {
+				st.r.Close()
+			}
+		}
+	}
 	switch {
 	case c.exit == nil && c.execErr == nil, s.oneShot && c.execErr != nil:
 		s.kill()
@@ -444,8 +464,10 @@ func (c *call) drain() {
 		<-s.exited
 	default:
 		for _, st := range c.streams {
-			st.exited()
-			_ = st.r.SetReadDeadline(time.Now().Add(drainTimeout))
+			if st.pipe != nil {
+				st.exited()
+				_ = st.pipe.SetReadDeadline(time.Now().Add(drainTimeout))
+			}
 		}
 		if testHookDrain != nil {
 			testHookDrain(c)
@@ -458,8 +480,8 @@ func (c *call) drain() {
 	if c.pty != nil {
 		c.pty.Close()
 	}
-	if c.stdinW != nil {
-		c.stdinW.Close()
+	if c.stdin != nil {
+		c.stdin.Close()
 	}
 	s.r.log.Debug("output drained", "sandbox", s.id, "after", time.Since(s.created).String())
 }
@@ -563,8 +585,8 @@ func (c *call) closeStreams() {
 			st.spill.finish(false)
 		}
 	}
-	if c.stdinW != nil {
-		c.stdinW.Close()
+	if c.stdin != nil {
+		c.stdin.Close()
 	}
 }
 
@@ -591,8 +613,16 @@ func (c *call) attachPTY(fd int) {
 	}
 	if c.p.Resize != nil {
 		go func() {
+			// Through the file's own reference: drain may close it
+			// meanwhile.
+			rc, err := master.SyscallConn()
+			if err != nil {
+				return
+			}
 			for ws := range c.p.Resize {
-				_ = pty.Setsize(master, &pty.Winsize{Rows: ws.Rows, Cols: ws.Cols})
+				_ = rc.Control(func(fd uintptr) {
+					_ = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: ws.Rows, Col: ws.Cols})
+				})
 			}
 		}()
 	}
@@ -610,7 +640,7 @@ const maxPipeFallback = 1 << 20
 // beyond what the copy has counted (and one read in flight).
 func (st *stream) exited() {
 	capacity := maxPipeFallback
-	if rc, err := st.r.SyscallConn(); err == nil {
+	if rc, err := st.pipe.SyscallConn(); err == nil {
 		_ = rc.Control(func(fd uintptr) {
 			if n, err := unix.FcntlInt(fd, unix.F_GETPIPE_SZ, 0); err == nil && n > 0 {
 				capacity = n
@@ -629,7 +659,7 @@ func (st *stream) unread() bool {
 	if owed == 0 || st.n.Load() >= owed {
 		return false
 	}
-	rc, err := st.r.SyscallConn()
+	rc, err := st.pipe.SyscallConn()
 	if err != nil {
 		return false
 	}
@@ -656,8 +686,8 @@ func (st *stream) copy(mark func()) {
 			_, _ = st.w.Write(buf[:n])
 		}
 		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) && st.unread() {
-				_ = st.r.SetReadDeadline(time.Now().Add(drainTimeout))
+			if st.pipe != nil && errors.Is(err, os.ErrDeadlineExceeded) && st.unread() {
+				_ = st.pipe.SetReadDeadline(time.Now().Add(drainTimeout))
 				continue
 			}
 			break
@@ -678,7 +708,7 @@ func stdinFor(in io.Reader) (*os.File, *os.File, error) {
 	return os.Pipe()
 }
 
-func copyStdin(w *os.File, in io.Reader) {
+func copyStdin(w io.WriteCloser, in io.Reader) {
 	_, _ = io.Copy(w, in)
 	w.Close()
 }

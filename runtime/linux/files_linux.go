@@ -24,8 +24,8 @@ const maxFilePath = 4096
 // Files returns the sandbox's file operations. Each one is performed by
 // the agent inside the sandbox, as the sandbox user and under its Landlock
 // domain and seccomp filter; the host only validates arguments, moves
-// bytes through a pipe and maps the answer. It never opens a path of the
-// sandbox itself.
+// bytes through a pipe (or a framed stream, WithFramedStreams) and maps
+// the answer. It never opens a path of the sandbox itself.
 func (s *linuxSandbox) Files() sandbox.Files { return &sandboxFiles{s: s} }
 
 // sandboxFiles implements sandbox.Files over the agent's protocol.
@@ -118,8 +118,9 @@ func (c *fileCall) closedErr(cause error) error {
 	return fmt.Errorf("%s %s: %w (%v)", opName(c.op.Op), c.path, sandbox.ErrClosed, cause)
 }
 
-// send hands the request to the agent with the child's end of a stream,
-// if any; the host's copy of that end is closed either way.
+// send hands the request to the agent with the child's end of a pipe,
+// if any (none for a framed stream); the host's copy of that end is
+// closed either way.
 func (c *fileCall) send(child *os.File) error {
 	m := &guest.Message{Type: guest.MsgFile, ID: c.id, File: c.op}
 	var err error
@@ -212,24 +213,24 @@ func (f *sandboxFiles) ReadFile(ctx context.Context, path string, max int64) ([]
 		return nil, err
 	}
 	defer c.end()
-	pr, pw, err := os.Pipe()
+	src, child, err := c.fromAgent()
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", opName(op), path, err)
+		return nil, err
 	}
-	defer pr.Close()
-	if err := c.send(pw); err != nil {
+	defer src.Close()
+	if err := c.send(child); err != nil {
 		return nil, err
 	}
 	var buf bytes.Buffer
 	copied := make(chan error, 1)
 	go func() {
-		_, err := buf.ReadFrom(io.LimitReader(pr, plusOne(max)))
+		_, err := buf.ReadFrom(io.LimitReader(src, plusOne(max)))
 		if err == nil && int64(buf.Len()) > max {
 			err = fileErr(op, path, "ETOOBIG", fmt.Sprintf("over the limit of %d bytes", max))
 		}
 		copied <- err
 	}()
-	_, copyErr, err := c.await(ctx, copied, func() { pr.Close() })
+	_, copyErr, err := c.await(ctx, copied, func() { src.Close() })
 	var tooBig *sandbox.FileError
 	switch {
 	case errors.As(copyErr, &tooBig):
@@ -274,24 +275,29 @@ func (f *sandboxFiles) WriteFile(ctx context.Context, path string, r io.Reader, 
 		return 0, err
 	}
 	defer c.end()
-	pr, pw, err := os.Pipe()
+	dst, child, err := c.toAgent()
 	if err != nil {
 		spool.Close()
-		return 0, fmt.Errorf("%s %s: %w", opName(op), path, err)
+		return 0, err
 	}
-	if err := c.send(pr); err != nil {
-		pw.Close()
+	if err := c.send(child); err != nil {
+		dst.Close()
 		spool.Close()
 		return 0, err
 	}
 	// The copy is never cut short: once started, the agent receives the
 	// whole content, or an error from its end.
 	go func() {
-		_, _ = io.Copy(pw, spool)
-		pw.Close()
+		_, _ = io.Copy(dst, spool)
+		dst.Close()
 		spool.Close()
 	}()
 	res, _, err := c.await(ctx, nil, nil)
+	if c.op.Streams {
+		// The agent has ended the stream before answering; a copy
+		// still waiting for credit stops.
+		dst.Close()
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -426,20 +432,23 @@ func (f *sandboxFiles) PutTar(ctx context.Context, dir string, r io.Reader, max 
 		return err
 	}
 	defer c.end()
-	pr, pw, err := os.Pipe()
+	dst, child, err := c.toAgent()
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", opName(op), dir, err)
+		return err
 	}
-	if err := c.send(pr); err != nil {
-		pw.Close()
+	if err := c.send(child); err != nil {
+		dst.Close()
 		return err
 	}
 	readErr := make(chan error, 1)
 	go func() {
-		readErr <- copyStream(pw, r)
-		pw.Close()
+		readErr <- copyStream(dst, r)
+		dst.Close()
 	}()
-	_, _, err = c.await(ctx, nil, func() { pw.Close() })
+	_, _, err = c.await(ctx, nil, func() { dst.Close() })
+	if c.op.Streams {
+		dst.Close() // as in WriteFile
+	}
 	// A failed read of r explains a truncated archive better than the
 	// agent can. It was recorded before the pipe closed, so before the
 	// agent could answer.
@@ -488,20 +497,20 @@ func (f *sandboxFiles) GetTar(ctx context.Context, path string, w io.Writer, max
 		return err
 	}
 	defer c.end()
-	pr, pw, err := os.Pipe()
+	src, child, err := c.fromAgent()
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", opName(op), path, err)
+		return err
 	}
-	defer pr.Close()
-	if err := c.send(pw); err != nil {
+	defer src.Close()
+	if err := c.send(child); err != nil {
 		return err
 	}
 	copied := make(chan error, 1)
 	go func() {
-		_, err := io.Copy(w, pr)
+		_, err := io.Copy(w, src)
 		copied <- err
 	}()
-	_, copyErr, err := c.await(ctx, copied, func() { pr.Close() })
+	_, copyErr, err := c.await(ctx, copied, func() { src.Close() })
 	switch {
 	case copyErr != nil && (err == nil || ctx.Err() == nil):
 		return fmt.Errorf("%s %s: writing the archive: %w", opName(op), path, copyErr)

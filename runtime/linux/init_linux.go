@@ -79,54 +79,23 @@ func initSandbox(conn *guest.Conn) (*guest.Setup, int, error) {
 	var phases []guest.Phase
 	mark := func(name string) { phases = append(phases, guest.Phase{Name: name, At: time.Now().UnixMicro()}) }
 	mark("init started")
-	m, fds, err := conn.Recv()
+	s, fds, err := receiveSetup(conn)
 	if err != nil {
-		return nil, -1, stageErr("receive setup", err)
+		return nil, -1, err
 	}
-	if m.Type != guest.MsgSetup || m.Setup == nil {
-		closeFDs(fds)
-		return nil, -1, stageErr("receive setup", fmt.Errorf("unexpected message %q", m.Type))
-	}
-	s := m.Setup
-	// Descriptors: mount trees, root layers, the scratch tmpfs, cgroup
-	// files.
-	nMount := len(s.Mounts) + s.Layers + 1
-	if s.CgroupJoinFDs < 0 || s.Layers < 1 || len(fds) != nMount+s.CgroupJoinFDs {
-		closeFDs(fds)
-		return nil, -1, stageErr("receive setup", fmt.Errorf("%d descriptors for %d mounts, %d layers, scratch and %d cgroup files", len(fds), len(s.Mounts), s.Layers, s.CgroupJoinFDs))
-	}
-	cgFDs := fds[nMount:]
-	fds = fds[:nMount]
-	homeFD := -1
-	if s.CallCgroups && len(cgFDs) > 0 {
-		homeFD, err = unix.FcntlInt(uintptr(cgFDs[len(cgFDs)-1]), unix.F_DUPFD_CLOEXEC, 3)
-	}
+	homeFD, err := joinCgroup(s, fds.CgroupJoin)
+	closeFDs(fds.CgroupJoin)
+	fds.CgroupJoin = nil
 	if err == nil {
-		err = joinSelf(cgFDs)
+		err = isolateFDs()
 	}
-	closeFDs(cgFDs)
 	if err != nil {
-		closeFDs(fds)
-		return nil, -1, stageErr("join cgroup", err)
-	}
-	// This thread is in the sandbox's cgroup now (on v2 the host moved
-	// the whole init before sending setup): a cgroup namespace made now
-	// is rooted there.
-	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
-		closeFDs(fds)
-		return nil, -1, stageErr("cgroup namespace", err)
-	}
-	// Descriptors other than stdio and the control socket must not reach
-	// anything the sandbox runs (CVE-2024-21626 leaked a host directory fd
-	// as a usable cwd); everything above stdio becomes close-on-exec.
-	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
-		closeFDs(fds)
-		return nil, -1, stageErr("close-on-exec", err)
+		closeSetupFDs(fds)
+		return nil, -1, err
 	}
 	mark("setup received")
-	nt := len(s.Mounts)
-	restricted, err := buildRoot(s, fds[:nt], fds[nt:nt+s.Layers], fds[nt+s.Layers])
-	closeFDs(fds)
+	restricted, err := buildRoot(s, fds)
+	closeSetupFDs(fds)
 	mark("root built")
 	if err != nil {
 		return nil, -1, err
@@ -141,6 +110,78 @@ func initSandbox(conn *guest.Conn) (*guest.Setup, int, error) {
 	return s, homeFD, conn.Send(&guest.Message{Type: guest.MsgReady, Phases: phases, Restrict: restricted})
 }
 
+// receiveSetup reads the setup message and its descriptors, by role.
+func receiveSetup(conn *guest.Conn) (*guest.Setup, guest.SetupFDs, error) {
+	m, fds, err := conn.Recv()
+	if err != nil {
+		return nil, guest.SetupFDs{}, stageErr("receive setup", err)
+	}
+	if m.Type != guest.MsgSetup || m.Setup == nil {
+		closeFDs(fds)
+		return nil, guest.SetupFDs{}, stageErr("receive setup", fmt.Errorf("unexpected message %q", m.Type))
+	}
+	in, err := m.Setup.UnpackFDs(fds)
+	if err != nil {
+		closeFDs(fds)
+		return nil, guest.SetupFDs{}, stageErr("receive setup", err)
+	}
+	return m.Setup, in, nil
+}
+
+// joinCgroup moves this thread into the sandbox's cgroup through the
+// cgroup v1 "tasks" files the host passed (on v2 the host has moved the
+// whole init already) and makes the init's cgroup namespace, rooted
+// there. With s.CallCgroups it returns a copy of the last file (the pids
+// hierarchy's), which the agent moves its forking thread back to; else
+// -1. The caller keeps ownership of join.
+//
+// Preconditions: the init's main thread, locked (see Init), before any
+// sandbox process exists.
+func joinCgroup(s *guest.Setup, join []int) (int, error) {
+	homeFD := -1
+	if s.CallCgroups && len(join) > 0 {
+		fd, err := unix.FcntlInt(uintptr(join[len(join)-1]), unix.F_DUPFD_CLOEXEC, 3)
+		if err != nil {
+			return -1, stageErr("join cgroup", err)
+		}
+		homeFD = fd
+	}
+	for _, fd := range join {
+		if _, err := unix.Write(fd, []byte("0")); err != nil {
+			closeHome(homeFD)
+			return -1, stageErr("join cgroup", err)
+		}
+	}
+	// This thread is in the sandbox's cgroup now: a cgroup namespace made
+	// now is rooted there.
+	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+		closeHome(homeFD)
+		return -1, stageErr("cgroup namespace", err)
+	}
+	return homeFD, nil
+}
+
+func closeHome(fd int) {
+	if fd >= 0 {
+		unix.Close(fd)
+	}
+}
+
+// isolateFDs makes every descriptor above stdio close-on-exec: none may
+// reach anything the sandbox runs (CVE-2024-21626 leaked a host directory
+// fd as a usable cwd).
+func isolateFDs() error {
+	return stageErr("close-on-exec", unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC))
+}
+
+// closeSetupFDs closes the setup's descriptors the init has not used up.
+func closeSetupFDs(f guest.SetupFDs) {
+	closeFDs(f.Trees)
+	closeFDs(f.Layers)
+	unix.Close(f.Scratch)
+	closeFDs(f.CgroupJoin)
+}
+
 // checkCwdInRoot verifies that the init's working directory is inside the
 // new root: getcwd fails (or returns "(unreachable)") for a cwd outside it.
 func checkCwdInRoot() error {
@@ -153,27 +194,4 @@ func checkCwdInRoot() error {
 		return stageErr("check cwd", fmt.Errorf("cwd %q is not the sandbox root", cwd))
 	}
 	return nil
-}
-
-func closeFDs(fds []int) {
-	for _, fd := range fds {
-		unix.Close(fd)
-	}
-}
-
-// RunHelper runs this process as one of the runtime's own helper processes
-// (a sandbox's init, a user namespace holder or the spawner) when it was
-// started as one, and then never returns; otherwise it returns at once.
-// It is registered with runtime.RegisterHelper, so the moat binary reaches
-// it through runtime.RunHelpers first thing in main; test binaries that
-// use this runtime directly call it in TestMain.
-func RunHelper() {
-	switch {
-	case IsInit():
-		Init()
-	case IsUsernsHold():
-		UsernsHold()
-	case IsSpawner():
-		Spawner()
-	}
 }

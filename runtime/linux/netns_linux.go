@@ -53,6 +53,10 @@ func listenInNetns(pid, port int) (net.Listener, error) {
 			done <- result{err: fmt.Errorf("enter the sandbox's network namespace: %w", err)}
 			return
 		}
+		// Larger loopback segments before the listener exists, so that
+		// every proxied connection gets them; a kernel that refuses
+		// keeps 64 KiB segments, which is only slower.
+		_ = raiseLoopbackGSO()
 		ln, lerr := net.Listen("tcp", ":"+strconv.Itoa(port))
 		if err := unix.Setns(int(home.Fd()), unix.CLONE_NEWNET); err != nil {
 			if ln != nil {

@@ -26,3 +26,20 @@ func open(o moatruntime.Options) (sandbox.Runtime, error) {
 	}
 	return rt, nil
 }
+
+// RunHelper runs this process as one of the runtime's own helper processes
+// (a sandbox's init, a user namespace holder or the spawner) when it was
+// started as one, and then never returns; otherwise it returns at once.
+// It is registered with runtime.RegisterHelper, so the moat binary reaches
+// it through runtime.RunHelpers first thing in main; test binaries that
+// use this runtime directly call it in TestMain.
+func RunHelper() {
+	switch {
+	case IsInit():
+		Init()
+	case IsUsernsHold():
+		UsernsHold()
+	case IsSpawner():
+		Spawner()
+	}
+}

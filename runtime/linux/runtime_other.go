@@ -60,9 +60,9 @@ func (r *Runtime) Close() error { return nil }
 // Reclaim has nothing to reclaim off Linux.
 func (r *Runtime) Reclaim() (int, error) { return 0, errPlatform }
 
-// Enforcement reports that nothing is enforced.
+// Enforcement reports that nothing is enforced: no protection.
 func (r *Runtime) Enforcement() sandbox.Enforcement {
-	return sandbox.Enforcement{Runtime: Name}
+	return sandbox.Enforcement{Runtime: Name, Protections: []sandbox.Protection{}}
 }
 
 // Create always fails off Linux.

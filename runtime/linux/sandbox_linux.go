@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,7 +46,8 @@ type linuxSandbox struct {
 	root        *sandbox.RootFS
 	env         []string     // Spec.Env
 	workdir     string       // Spec.Workdir or the workspace
-	capture     sync.RWMutex // file operations hold it shared, Capture exclusively
+	capture     sync.RWMutex // file operations hold it shared, ExportDiff exclusively
+	diff        diffState    // ExportDiff's incremental state, under capture
 
 	initErr *boundedBuffer // the init's own stderr, for diagnostics
 	errDone chan struct{}  // closed when initErr has all of it
@@ -100,6 +102,7 @@ func (s *linuxSandbox) ID() string { return s.id }
 func (s *linuxSandbox) Enforcement() sandbox.Enforcement {
 	s.mu.Lock()
 	e := s.enforcement
+	e.Protections = slices.Clone(e.Protections)
 	if r := s.restrict; r != nil {
 		e.Restricted = r.Applied
 		e.RestrictSkipped = append([]string(nil), r.Skipped...)
@@ -117,8 +120,9 @@ func (s *linuxSandbox) start() {
 }
 
 // readLoop dispatches the init's messages: setup outcome to ready,
-// process messages to their waiter. When the socket closes, every waiter
-// is told.
+// process messages to their waiter; Recv delivers the streams' frames on
+// the way. Nothing here waits for a consumer, so a slow one never holds
+// up another call. When the socket closes, every waiter is told.
 func (s *linuxSandbox) readLoop() {
 	defer close(s.readEnd)
 	for {
@@ -145,9 +149,9 @@ func (s *linuxSandbox) readLoop() {
 				s.mu.Lock()
 				s.restrict = m.Restrict
 				s.mu.Unlock()
-				s.ready <- nil
+				s.setReady(nil)
 			case guest.MsgError:
-				s.ready <- setupErr(m.Error)
+				s.setReady(setupErr(m.Error))
 			}
 			continue
 		}
@@ -158,7 +162,25 @@ func (s *linuxSandbox) readLoop() {
 			closeFDs(fds)
 			continue
 		}
-		ch <- &msgWithFDs{m: m, fds: fds}
+		// A call gets at most two messages (started, then exit or
+		// error; file_done): its buffer never fills unless the agent
+		// misbehaves, and then the surplus is dropped rather than stall
+		// this loop, which also delivers every stream's frames (in
+		// Recv).
+		select {
+		case ch <- &msgWithFDs{m: m, fds: fds}:
+		default:
+			closeFDs(fds)
+		}
+	}
+}
+
+// setReady reports the setup's outcome; the init says it once, and a
+// repeat (a misbehaving agent) is dropped.
+func (s *linuxSandbox) setReady(err error) {
+	select {
+	case s.ready <- err:
+	default:
 	}
 }
 

@@ -27,7 +27,11 @@ func newTestRuntime(t *testing.T) *Runtime {
 	t.Helper()
 	testutil.RequireRoot(t)
 	// The default init path, /proc/self/exe, is this test binary.
-	r, err := New(WithKillGrace(500 * time.Millisecond))
+	opts := []Option{WithKillGrace(500 * time.Millisecond)}
+	if framedTests() {
+		opts = append(opts, WithFramedStreams())
+	}
+	r, err := New(opts...)
 	if err != nil {
 		testutil.SkipOrFail(t, err.Error())
 	}

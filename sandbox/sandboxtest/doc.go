@@ -3,7 +3,8 @@
 //
 // FOR TESTS ONLY. Nothing here isolates anything: there are no
 // namespaces, no cgroups, no seccomp, no Landlock, no limits and no
-// network. Every Enforcement it reports says "fake" (Runtime "fake"). It
+// network. Every Enforcement it reports says "fake" (Runtime "fake", and
+// one protection, named "fake", that says nothing is isolated). It
 // exists so that the control plane (the server's API, auth, tenancy,
 // quotas, policy decisions, approvals, store and audit) can be tested
 // without root and fast; what the kernel enforces is tested with the

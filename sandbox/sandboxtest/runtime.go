@@ -60,10 +60,11 @@ func New(opts ...Option) *Runtime {
 // Created counts the sandboxes created so far.
 func (r *Runtime) Created() int { return int(r.created.Load()) }
 
-// Enforcement reports that nothing is enforced: the runtime is "fake".
+// Enforcement reports that nothing is enforced: the runtime is "fake",
+// and its one protection, "fake", says so.
 func (r *Runtime) Enforcement() sandbox.Enforcement {
-	return sandbox.Enforcement{Runtime: "fake", Namespaces: []string{}, User: 1000, Seccomp: "fake", Capabilities: "fake",
-		Network: "fake", RootFS: "fake (in memory)", CallTree: "fake", WorkspaceIDMap: "none"}
+	return sandbox.Enforcement{Runtime: "fake", User: sandbox.UID, Network: "fake", RootFS: "fake (in memory)", CallTree: "fake",
+		Protections: []sandbox.Protection{{Name: "fake", Detail: "an in-memory fake for tests: nothing is isolated"}}}
 }
 
 // Create makes an in-memory sandbox after validating spec as a real
@@ -134,7 +135,10 @@ type Sandbox struct {
 	closed bool
 }
 
-var _ sandbox.Sandbox = (*Sandbox)(nil)
+var (
+	_ sandbox.Sandbox             = (*Sandbox)(nil)
+	_ sandbox.EnforcementReporter = (*Sandbox)(nil)
+)
 
 // ID names the sandbox.
 func (s *Sandbox) ID() string { return s.id }

@@ -1,39 +1,30 @@
-// Package machine is what bench/startup and bench/controlplane share
-// about the machine they run on: its description for their reports (Host,
-// LoadAvg, GitCommit) and the running of commands on it (Timer, which
-// times one command from fork to reaped exit; Version; ShellQuote;
-// BwrapArgs, the bubblewrap reference both compare moat with), plus
-// WriteJSON for their result files.
+// Package machine is what the benchmarks share about the machine they run
+// on: its description for their results (Describe, LoadAvg, GitCommit)
+// and the running of commands on it (Timer, which times one command from
+// fork to reaped exit; Version; ShellQuote; BwrapArgs, the bubblewrap
+// reference bench/startup and bench/controlplane compare moat with).
 package machine
 
 import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
+
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/moat-sandbox/moat/bench/internal/procfs"
+	"github.com/moat-sandbox/moat/bench/schema"
 )
 
-// Host describes the machine and toolchain. A report embeds it in its own
-// machine object, beside what that benchmark adds (load averages,
-// versions, commit, date).
-type Host struct {
-	Kernel    string `json:"kernel"` // uname -r
-	OS        string `json:"os"`     // /etc/os-release PRETTY_NAME
-	CPUs      int    `json:"cpus"`   // CPUs this process may run on
-	CPUModel  string `json:"cpu_model"`
-	GoVersion string `json:"go_version"`
-	UID       int    `json:"uid"`
-}
-
 // Describe reads the host's description; what it cannot read is
-// "unknown".
-func Describe() Host {
-	return Host{
+// "unknown" (or 0 for the numbers).
+func Describe() schema.Machine {
+	m := schema.Machine{
 		Kernel:    readTrim("/proc/sys/kernel/osrelease"),
 		OS:        osRelease(),
 		CPUs:      runtime.NumCPU(),
@@ -41,6 +32,11 @@ func Describe() Host {
 		GoVersion: runtime.Version(),
 		UID:       os.Geteuid(),
 	}
+	if mem, ok := procfs.ReadMeminfo(); ok {
+		m.MemTotalKiB = mem.Total
+	}
+	m.PIDMax, _ = strconv.Atoi(readTrim("/proc/sys/kernel/pid_max"))
+	return m
 }
 
 // LoadAvg returns /proc/loadavg as it is now, or "unknown".
@@ -108,34 +104,4 @@ func GitCommit() string {
 		commit += "-dirty"
 	}
 	return commit
-}
-
-// WriteJSON writes v to path as indented JSON ending in a newline.
-func WriteJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
-}
-
-// WriteResults writes a benchmark's results: v as JSON to jsonPath and md
-// to mdPath, each only when its path is set, logging each file written or
-// each failure through logf. It reports whether everything was written.
-func WriteResults(jsonPath, mdPath string, v any, md string, logf func(format string, a ...any)) bool {
-	ok := true
-	write := func(path string, fn func() error) {
-		if path == "" {
-			return
-		}
-		if err := fn(); err != nil {
-			logf("%v", err)
-			ok = false
-			return
-		}
-		logf("wrote %s", path)
-	}
-	write(jsonPath, func() error { return WriteJSON(jsonPath, v) })
-	write(mdPath, func() error { return os.WriteFile(mdPath, []byte(md), 0o644) })
-	return ok
 }

@@ -46,6 +46,25 @@ type run struct {
 	v      verdict
 }
 
+// maxChained is how many argument rules are tested one by one, in the
+// profile's order, before the search over the other syscall numbers. The
+// k-th chained rule is reached after k comparisons, where the search takes
+// one more than its depth (7 for the default profile's 57 runs), and each
+// adds one instruction to every path into the search: past about 8 a
+// chain no longer pays.
+const maxChained = 8
+
+// chain splits off the rules tested before the search: the first
+// maxChained of ruled, and the same numbers as a set for buildRuns.
+func chain(ruled []uint32) (chained []uint32, skip map[uint32]bool) {
+	chained = ruled[:min(len(ruled), maxChained)]
+	skip = make(map[uint32]bool, len(chained))
+	for _, nr := range chained {
+		skip[nr] = true
+	}
+	return chained, skip
+}
+
 func (p *Profile) assemble(ar *archInfo) ([]bpf.RawInstruction, error) {
 	if ar.syscalls == nil {
 		return nil, fmt.Errorf("seccomp: architecture %s: %w", ar.name, errors.ErrUnsupported)
@@ -53,19 +72,34 @@ func (p *Profile) assemble(ar *archInfo) ([]bpf.RawInstruction, error) {
 	if err := checkErrno(p.UnknownErrno, true); err != nil {
 		return nil, fmt.Errorf("seccomp: UnknownErrno: %w", err)
 	}
-	special, err := p.resolve(ar)
+	special, ruled, err := p.resolve(ar)
 	if err != nil {
 		return nil, err
 	}
-	runs := buildRuns(special, ar.maxSyscall)
+	chained, skip := chain(ruled)
+	runs := buildRuns(special, skip, ar.maxSyscall)
 
 	a := &assembler{}
 	kill := a.newLabel()
 	high := a.newLabel()
+	search := a.newLabel()
 	a.emit(sinsn{op: opLoad, k: offArch})
 	a.emit(sinsn{op: opJEq, k: ar.auditArch, jt: lblNext, jf: kill})
 	a.emit(sinsn{op: opLoad, k: offNr})
-	a.emit(sinsn{op: opJGt, k: ar.maxSyscall, jt: high, jf: lblNext})
+	// The syscalls decided by their arguments can never be cached by the
+	// kernel, so every call of theirs runs the filter: test them first,
+	// in the profile's order, and put their argument blocks right after.
+	blocks := make([]label, len(chained))
+	for i, nr := range chained {
+		blocks[i] = a.newLabel()
+		a.emit(sinsn{op: opJEq, k: nr, jt: blocks[i], jf: lblNext})
+	}
+	a.emit(sinsn{op: opJGt, k: ar.maxSyscall, jt: high, jf: search})
+	for i, nr := range chained {
+		a.bind(blocks[i])
+		a.rule(special[nr].rule)
+	}
+	a.bind(search)
 	a.tree(runs)
 	a.bind(high)
 	if ar.x32Bit != 0 {
@@ -92,14 +126,15 @@ func (p *Profile) assemble(ar *archInfo) ([]bpf.RawInstruction, error) {
 	return raw, nil
 }
 
-// resolve maps the profile's syscall names to numbers and verdicts.
-func (p *Profile) resolve(ar *archInfo) (map[uint32]verdict, error) {
+// resolve maps the profile's syscall names to numbers and verdicts. ruled
+// lists the numbers that have an argument rule, in the order of p.Rules.
+func (p *Profile) resolve(ar *archInfo) (special map[uint32]verdict, ruled []uint32, err error) {
 	foreign := make(map[string]bool, len(ar.foreign))
 	for _, n := range ar.foreign {
 		foreign[n] = true
 	}
 	owner := map[string]string{}
-	special := map[uint32]verdict{}
+	special = map[uint32]verdict{}
 	// add records the verdict for name; names that exist only on another
 	// supported architecture are skipped.
 	add := func(name, field string, v verdict) error {
@@ -118,11 +153,14 @@ func (p *Profile) resolve(ar *archInfo) (map[uint32]verdict, error) {
 			return fmt.Errorf("seccomp: %s: unknown syscall %q", field, name)
 		}
 		special[nr] = v
+		if v.rule != nil {
+			ruled = append(ruled, nr)
+		}
 		return nil
 	}
 	for _, name := range p.Deny {
 		if err := add(name, "Deny", verdict{ret: errnoRet(errEPERM)}); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	names := make([]string, 0, len(p.Errno))
@@ -133,22 +171,22 @@ func (p *Profile) resolve(ar *archInfo) (map[uint32]verdict, error) {
 	for _, name := range names {
 		e := p.Errno[name]
 		if err := checkErrno(e, false); err != nil {
-			return nil, fmt.Errorf("seccomp: Errno[%q]: %w", name, err)
+			return nil, nil, fmt.Errorf("seccomp: Errno[%q]: %w", name, err)
 		}
 		if err := add(name, "Errno", verdict{ret: errnoRet(e)}); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	for i := range p.Rules {
 		r := &p.Rules[i]
 		if err := r.check(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if err := add(r.Syscall, "Rules", verdict{rule: r}); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return special, nil
+	return special, ruled, nil
 }
 
 // errnoRet is the filter return value for an errno, ALLOW for zero.
@@ -160,22 +198,30 @@ func errnoRet(e syscall.Errno) uint32 {
 }
 
 // buildRuns partitions [0, max] into maximal runs of numbers with the same
-// verdict. Numbers with a rule always form a run of their own.
-func buildRuns(special map[uint32]verdict, max uint32) []run {
-	nrs := make([]uint32, 0, len(special))
+// verdict. Numbers with a rule always form a run of their own. Numbers in
+// skip are decided before the search and never reach it: each joins the run
+// before it (the first run when there is none), so it costs the search
+// nothing.
+func buildRuns(special map[uint32]verdict, skip map[uint32]bool, max uint32) []run {
+	nrs := make([]uint32, 0, len(special)+len(skip))
 	for nr := range special {
+		if !skip[nr] {
+			nrs = append(nrs, nr)
+		}
+	}
+	for nr := range skip {
 		nrs = append(nrs, nr)
 	}
 	sort.Slice(nrs, func(i, j int) bool { return nrs[i] < nrs[j] })
 	allow := verdict{ret: retAllow}
 	var runs []run
 	push := func(lo, hi uint32, v verdict) {
-		if n := len(runs); n > 0 {
-			last := &runs[n-1]
-			if last.hi+1 == lo && last.v.rule == nil && v.rule == nil && last.v.ret == v.ret {
-				last.hi = hi
-				return
-			}
+		n := len(runs)
+		if n == 0 {
+			lo = 0 // numbers skipped before the first run belong to it
+		} else if last := &runs[n-1]; last.hi+1 == lo && last.v.rule == nil && v.rule == nil && last.v.ret == v.ret {
+			last.hi = hi
+			return
 		}
 		runs = append(runs, run{lo: lo, hi: hi, v: v})
 	}
@@ -187,11 +233,20 @@ func buildRuns(special map[uint32]verdict, max uint32) []run {
 		if nr > next {
 			push(next, nr-1, allow)
 		}
-		push(nr, nr, special[nr])
 		next = nr + 1
+		if skip[nr] {
+			if n := len(runs); n > 0 {
+				runs[n-1].hi = nr
+			}
+			continue
+		}
+		push(nr, nr, special[nr])
 	}
-	if next <= max {
+	switch {
+	case next <= max:
 		push(next, max, allow)
+	case len(runs) == 0: // every number was skipped
+		runs = append(runs, run{lo: 0, hi: max, v: allow})
 	}
 	return runs
 }

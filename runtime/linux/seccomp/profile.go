@@ -39,7 +39,11 @@ type Profile struct {
 	// (1..4095), for cases where EPERM is the wrong answer, such as clone3
 	// failing with ENOSYS so that callers fall back to clone.
 	Errno map[string]syscall.Errno
-	// Rules restrict syscalls by their argument values.
+	// Rules restrict syscalls by their argument values. The kernel cannot
+	// cache the decision for these syscalls, so the filter runs on every
+	// call of theirs: the first eight are tested one by one, in this
+	// order, ahead of the search over the other syscall numbers. List the
+	// most frequently called first.
 	Rules []ArgRule
 	// UnknownErrno is the errno for syscall numbers above the highest one
 	// this package knows for the architecture, i.e. syscalls added to the

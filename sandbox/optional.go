@@ -1,0 +1,50 @@
+package sandbox
+
+import "context"
+
+// The optional abilities of a runtime or a sandbox. A control plane finds
+// them with a type assertion on the Runtime or Sandbox it holds and does
+// without them when they are missing, as each one's comment says; every
+// implementation asserts them at compile time (var _ sandbox.X = ...).
+// DiffExporter (diff.go) is one of them.
+
+// Claimable is a sandbox created ahead of need (a warm pool's) that a
+// caller's settings can be applied to at the moment it is handed out.
+//
+// Implemented by runtime/linux's sandboxes. Without it a control plane
+// keeps no warm pool: the server stops filling a pool at the first
+// sandbox that is not Claimable, and every create is a cold one.
+type Claimable interface {
+	// SetLimits replaces the sandbox's limits (cgroup and upper-layer
+	// size). Zero fields take the runtime's defaults, as at create.
+	SetLimits(l Limits) error
+	// AttachNetwork gives a sandbox created with network mode none the
+	// mode proxy, served by n.Egress; other changes are refused
+	// (ErrInvalidSpec).
+	AttachNetwork(n Network) error
+	// Ping checks that the sandbox's agent answers.
+	Ping(ctx context.Context) error
+}
+
+// EnforcementReporter is a sandbox that reports the protections in effect
+// for it (its limits, its network, the outcome of its restrictions),
+// which may differ from what its runtime can provide on the host.
+//
+// Implemented by runtime/linux's and sandbox/sandboxtest's sandboxes.
+// Without it a control plane reports Runtime.Enforcement for the sandbox.
+type EnforcementReporter interface {
+	// Enforcement reports the protections in effect for this sandbox.
+	Enforcement() Enforcement
+}
+
+// Reclaimer is a runtime that can remove what a crashed process of it left
+// on the host (runtime/linux: cgroups of uid slots no live moat holds,
+// unused layers).
+//
+// Implemented by runtime/linux. A daemon calls Reclaim once at start,
+// before it creates sandboxes, and fails to start if it fails; without it
+// there is nothing to reclaim.
+type Reclaimer interface {
+	// Reclaim removes the leftovers and returns how many it found.
+	Reclaim() (int, error)
+}
