@@ -202,13 +202,7 @@ func (a *archiver) dir(fd int, st *unix.Stat_t, arc, rel string) error {
 
 // skip reports an entry left out.
 func (a *archiver) skip(rel, why string) {
-	if a.skipped != nil {
-		a.skipped(rel, why)
-	}
-	a.stats.SkippedCount++
-	if len(a.stats.Skipped) < maxSkipped {
-		a.stats.Skipped = append(a.stats.Skipped, rel)
-	}
+	a.stats.skip(rel, why, a.skipped)
 }
 
 // zeroReader reads zeros.

@@ -176,6 +176,18 @@ type Stats struct {
 // maxSkipped is how many skipped paths Stats.Skipped lists.
 const maxSkipped = 100
 
+// skip counts an entry left out (and lists it, up to maxSkipped), and
+// tells onSkip, when set, why.
+func (s *Stats) skip(rel, why string, onSkip func(rel, why string)) {
+	if onSkip != nil {
+		onSkip(rel, why)
+	}
+	s.SkippedCount++
+	if len(s.Skipped) < maxSkipped {
+		s.Skipped = append(s.Skipped, rel)
+	}
+}
+
 // defaultMapID is the MapID used when Options.MapID is nil: identity, with
 // ids that could not be mapped into a sandbox squashed to 65534.
 func defaultMapID(uid, gid uint32) (uint32, uint32, error) {

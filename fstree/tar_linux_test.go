@@ -102,7 +102,7 @@ func TestExtractTarNames(t *testing.T) {
 	})
 	t.Run("empty", func(t *testing.T) {
 		dst, _, check := confined(t)
-		_, err := extract(dst, mkTar(t, ent{hdr: tar.Header{Typeflag: tar.TypeReg, Name: "", Format: tar.FormatGNU}}), Options{})
+		_, err := extract(dst, mkTar(t, ent{Hdr: tar.Header{Typeflag: tar.TypeReg, Name: "", Format: tar.FormatGNU}}), Options{})
 		if !errors.Is(err, ErrHostile) {
 			t.Fatalf("got %v, want ErrHostile", err)
 		}
@@ -270,7 +270,7 @@ func TestExtractTarSpecialFiles(t *testing.T) {
 func TestExtractTarOpaquePAX(t *testing.T) {
 	requireRoot(t)
 	d := dirEnt("o", 0o755)
-	d.hdr.PAXRecords = map[string]string{"SCHILY.xattr.trusted.overlay.opaque": "y"}
+	d.Hdr.PAXRecords = map[string]string{"SCHILY.xattr.trusted.overlay.opaque": "y"}
 	for _, overlay := range []bool{false, true} {
 		dst, _, check := confined(t)
 		if _, err := extract(dst, mkTar(t, d, fileEnt("o/f", "x", 0o644)), Options{Overlay: overlay}); err != nil {
@@ -446,7 +446,7 @@ func TestExtractTarReplace(t *testing.T) {
 func TestExtractTarMetadata(t *testing.T) {
 	requireRoot(t)
 	old := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
-	owned := func(e ent, uid, gid int) ent { e.hdr.Uid, e.hdr.Gid = uid, gid; e.hdr.ModTime = old; return e }
+	owned := func(e ent, uid, gid int) ent { e.Hdr.Uid, e.Hdr.Gid = uid, gid; e.Hdr.ModTime = old; return e }
 	ents := []ent{
 		owned(dirEnt(".", 0o751), 0, 0),
 		owned(dirEnt("ro", 0o555), 1000, 1000),

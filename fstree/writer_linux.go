@@ -140,13 +140,7 @@ func (w *writer) fileMode(perm uint32) uint32 {
 
 // skip records an entry left out, and why.
 func (w *writer) skip(rel, why string) {
-	if w.onSkip != nil {
-		w.onSkip(rel, why)
-	}
-	w.stats.SkippedCount++
-	if len(w.stats.Skipped) < maxSkipped {
-		w.stats.Skipped = append(w.stats.Skipped, rel)
-	}
+	w.stats.skip(rel, why, w.onSkip)
 }
 
 // readErr wraps an error reading the source of entry rel, telling a
