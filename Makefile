@@ -10,8 +10,18 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 
 all: build
 
+# The lean init (cmd/moat-init) is built first and embedded in moat
+# (package runtime/linux/leaninit, build tag moatinit) through a build
+# overlay, so the source tree gets no generated file: moat then starts
+# each sandbox's pid 1 from that small executable instead of itself.
+INIT := bin/moat-init
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/moat
+	@mkdir -p bin
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(INIT) ./cmd/moat-init
+	sha256sum $(INIT) > $(INIT).sha256
+	printf '{"Replace":{"runtime/linux/leaninit/moat-init":"%s","runtime/linux/leaninit/moat-init.sha256":"%s"}}' \
+		"$(CURDIR)/$(INIT)" "$(CURDIR)/$(INIT).sha256" > bin/leaninit-overlay.json
+	CGO_ENABLED=0 $(GO) build -overlay bin/leaninit-overlay.json -tags moatinit -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/moat
 
 # The quick-start demo: build, check the host, run commands in sandboxes.
 demo: build

@@ -63,6 +63,15 @@ type CreateSandbox struct {
 	// Snapshot starts the sandbox from a snapshot of the caller's (a
 	// fork); Template must then be empty or the snapshot's.
 	Snapshot string `json:"snapshot,omitempty"`
+	// Exec, when set, is the sandbox's first call: a process.exec body
+	// (its sandbox field empty) that the daemon runs in the new sandbox
+	// as soon as it can, queued behind the sandbox's setup where the
+	// runtime allows. It is judged, approved, recorded and limited
+	// exactly as a process.exec that followed the create; the answer is
+	// the sandbox with the exec's outcome in its exec field (or, with
+	// stream, the events of an exec after a first sandbox event). A
+	// refused or failed exec does not undo the create.
+	Exec *Exec `json:"exec,omitempty"`
 }
 
 // CallRules are policy rules of one sandbox (sandbox.create) or one call
@@ -184,6 +193,19 @@ type Sandbox struct {
 	Snapshot string `json:"snapshot,omitempty"`
 	// Pooled: it was handed out from a warm pool.
 	Pooled bool `json:"pooled,omitempty"`
+	// Exec is, in the answer of a sandbox.create that carried an exec
+	// (CreateSandbox.Exec), that exec's outcome; absent elsewhere.
+	Exec *ExecOutcome `json:"exec,omitempty"`
+}
+
+// ExecOutcome is the outcome of the exec a sandbox.create carried: the
+// process's result (which may be a failure of the process itself: see
+// its exit_code and exit_reason), or the error that refused or failed the
+// call (policy_denied, busy, storage…), exactly as a process.exec would
+// have answered it. The sandbox exists either way.
+type ExecOutcome struct {
+	Result *sandbox.Result `json:"result,omitempty"`
+	Error  *Error          `json:"error,omitempty"`
 }
 
 // SandboxRef names a sandbox (sandbox.get, sandbox.delete).
@@ -299,6 +321,9 @@ const (
 	// EventApproval carries an approval: a call waiting for one (its
 	// creation and its answer), or the approvals.list follow stream.
 	EventApproval = "approval"
+	// EventSandbox carries the sandbox a streamed sandbox.create with an
+	// exec made: the stream's first event, before the exec's.
+	EventSandbox = "sandbox"
 )
 
 // Event is one element of a stream (NDJSON line over HTTP, a
@@ -318,6 +343,8 @@ type Event struct {
 	Error  *Error          `json:"error,omitempty"`
 	// Approval is the approval of an approval event.
 	Approval *Approval `json:"approval,omitempty"`
+	// Sandbox is the sandbox of a sandbox event.
+	Sandbox *Sandbox `json:"sandbox,omitempty"`
 }
 
 // SetOutput puts p in Text when it is valid UTF-8, else in Data.

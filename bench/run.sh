@@ -77,8 +77,9 @@ if [[ $EUID -ne 0 ]]; then
 fi
 
 log "building moat"
-CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(git describe --always --dirty 2>/dev/null || echo dev)" \
-	-o bin/moat ./cmd/moat
+# make build, not a plain go build: it embeds the lean init (cmd/moat-init)
+# that every sandbox starts from, as the shipped binary does.
+make build
 
 # Results of an earlier run never mix into this one's report.
 mkdir -p bench/results

@@ -24,6 +24,9 @@ type Agent struct {
 
 	// homeFD is the sandbox pids cgroup's "tasks" file, or -1.
 	homeFD int
+	// hardenThread, if set, restricts a file worker's thread as the
+	// init's own (SetThreadHardening).
+	hardenThread func() error
 
 	mu     sync.Mutex // guards procs, ids, relays; held across fork+register+started
 	procs  map[int]uint64
@@ -42,6 +45,13 @@ func NewAgent(conn *Conn, s *Setup) *Agent {
 // SetCallCgroupHome gives the agent the "tasks" file of the sandbox's own
 // pids cgroup (see Setup.CallCgroups); the agent owns fd afterwards.
 func (a *Agent) SetCallCgroupHome(fd int) { a.homeFD = fd }
+
+// SetThreadHardening gives the agent what its file worker threads run on
+// themselves before their first operation: the init's per-thread
+// protections that a new thread does not inherit from the one it runs on
+// (the Landlock domain, restricted thread by thread). A worker whose
+// hardening fails refuses every operation. Call it before Serve.
+func (a *Agent) SetThreadHardening(f func() error) { a.hardenThread = f }
 
 // Serve handles host messages until the host closes the connection, or,
 // for a one-shot sandbox, until its process has exited. When Serve

@@ -16,8 +16,9 @@ import (
 
 // File operations run inside the sandbox, on one OS thread of the agent
 // that has a sandbox process's credentials: the sandbox user's effective
-// uid and gid, no supplementary groups, no capabilities, and (being a
-// thread of the init) the init's Landlock domain and seccomp filter. The kernel
+// uid and gid, no supplementary groups, no capabilities, the init's seccomp
+// filter (synced to every thread) and its Landlock ruleset, which the
+// thread enforces on itself first (Agent.SetThreadHardening). The kernel
 // therefore judges every access as it would for a process of the sandbox.
 //
 // Paths are never trusted: each one is resolved beneath the sandbox root
@@ -165,11 +166,17 @@ func (w *fileWorker) run() {
 	}
 }
 
-// init gives this thread the sandbox user's identity and opens the root.
+// init hardens this thread as the init's own (Agent.SetThreadHardening),
+// gives it the sandbox user's identity and opens the root.
 func (w *fileWorker) init() error {
 	s := w.a.setup
 	if s == nil || s.UID <= 0 || s.GID <= 0 {
 		return &fileError{"EPERM", "file operations need a non-root sandbox user"}
+	}
+	if w.a.hardenThread != nil {
+		if err := w.a.hardenThread(); err != nil {
+			return &fileError{"EPERM", "file worker: " + err.Error()}
+		}
 	}
 	if err := dropThreadCreds(s.UID, s.GID); err != nil {
 		return &fileError{"EPERM", "file worker: " + err.Error()}

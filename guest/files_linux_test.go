@@ -150,6 +150,40 @@ func TestFileWorkerRefusesRoot(t *testing.T) {
 	}
 }
 
+// TestFileWorkerThreadHardening: the worker runs the agent's thread
+// hardening once, on its own thread, before its first operation; if it
+// fails, every operation is refused.
+func TestFileWorkerThreadHardening(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (uid 0) to change a thread's credentials")
+	}
+	_, ac := pair(t) // the jobs below reply to no one
+	a := NewAgent(ac, &Setup{UID: 4242, GID: 4343})
+	tids := make(chan int, 2)
+	a.SetThreadHardening(func() error { tids <- unix.Gettid(); return nil })
+	w := a.fileWorker()
+	ran := make(chan int, 1)
+	w.enqueue(fileJob{fn: func() { ran <- unix.Gettid() }})
+	w.enqueue(fileJob{fn: func() { ran <- unix.Gettid() }})
+	first, second := <-ran, <-ran
+	if hardened := <-tids; hardened != first || first != second {
+		t.Fatalf("hardened thread %d, jobs ran on %d and %d", hardened, first, second)
+	}
+	if len(tids) != 0 {
+		t.Fatal("hardening ran more than once")
+	}
+
+	// Control: a hardening that fails closes the worker.
+	hc2, ac2 := pair(t)
+	b := NewAgent(ac2, &Setup{UID: 4242, GID: 4343})
+	b.SetThreadHardening(func() error { return errors.New("no landlock") })
+	b.file(9, &FileOp{Op: FileStat, Path: "/"}, nil)
+	m, _, err := hc2.Recv()
+	if err != nil || m.ID != 9 || m.Error == nil || m.Error.Errno != "EPERM" {
+		t.Fatalf("reply with failed hardening: %v %+v", err, m)
+	}
+}
+
 // TestFileErrInfo: errno names and moat's own codes reach the host.
 func TestFileErrInfo(t *testing.T) {
 	for _, c := range []struct {

@@ -48,3 +48,19 @@ type Reclaimer interface {
 	// Reclaim removes the leftovers and returns how many it found.
 	Reclaim() (int, error)
 }
+
+// EarlyCreator is a runtime that can hand out a long-lived sandbox before
+// its setup has finished, so that its first call is queued behind the
+// setup instead of following it (a create that carries its first exec).
+//
+// Implemented by runtime/linux. Without it a control plane calls Create,
+// which returns once the sandbox is ready, and runs the call after.
+type EarlyCreator interface {
+	// CreateEarly builds a sandbox as Runtime.Create does but may return
+	// before it is ready. Exec and Start may be called on it at once:
+	// the process runs once the setup is done, or fails as the setup
+	// does (exit 125, setup_error). ready waits for the setup's outcome
+	// and may be called more than once; after an error the caller shuts
+	// the sandbox down. On error nothing of the sandbox is left.
+	CreateEarly(ctx context.Context, spec *Spec) (sb Sandbox, ready func(context.Context) error, err error)
+}

@@ -265,11 +265,23 @@ func freeBytes(dir string) (uint64, bool) {
 // why: the caller must not answer the call as done. A failure that another
 // attempt cannot fix (no such call, an event too large) is logged and
 // counted, as before, and does not fail the call.
-func (s *Service) recordEnd(id string, at time.Time, code int, reason string, result json.RawMessage, out *store.CallOutput, ev audit.Event) error {
+//
+// redo, when not nil, writes the call's start, which the disk refused
+// while the call ran (callStart): it is written first, once, and kept in
+// the backlog with the end until it is.
+func (s *Service) recordEnd(id string, at time.Time, code int, reason string, result json.RawMessage, out *store.CallOutput, ev audit.Event,
+	redo func(context.Context) error) error {
 	if ev.Time.IsZero() {
 		ev.Time = at.UTC()
 	}
 	finish := func(ctx context.Context) error {
+		if redo != nil {
+			// Never concurrent: recordEnd, then the backlog's retrier.
+			if err := redo(ctx); err != nil {
+				return err
+			}
+			redo = nil
+		}
 		defer s.slow("store finish call", time.Now())
 		return s.cfg.Store.FinishCallOutput(ctx, id, at, code, reason, result, out)
 	}

@@ -171,6 +171,7 @@ func (s *Service) serveOp(w http.ResponseWriter, r *http.Request, op api.Op, tok
 		raw = &lazyWriter{w: w, contentType: ct}
 		in.out = raw
 	}
+	in.long = r.Context()
 	st := &ndjson{w: w}
 	in.emit = st.emit
 	in.open = st.open

@@ -417,7 +417,7 @@ func (a *execAnswer) release() {
 // releaseAnswer releases v if it is an answer holding output: call it
 // once an operation's answer is written or dropped.
 func releaseAnswer(v any) {
-	if a, ok := v.(*execAnswer); ok {
+	if a, ok := v.(interface{ release() }); ok {
 		a.release()
 	}
 }

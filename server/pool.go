@@ -89,6 +89,12 @@ func (ps *pools) fill(p *pool) {
 		n := len(p.ready)
 		p.mu.Unlock()
 		if n < p.cfg.Size {
+			// Never inside a claim: the create waits for a quiet daemon
+			// (idle.go), so that it does not take the CPUs from the
+			// claimer's first calls.
+			if !ps.s.activity.waitQuiet(ps.stop, refillMaxDefer) {
+				return
+			}
 			sb, err := ps.s.cfg.Runtime.Create(context.Background(), p.spec)
 			if err != nil {
 				ps.s.metrics.poolEvents.Inc(p.cfg.Template, "fill_error")
@@ -168,7 +174,7 @@ func (ps *pools) claim(ctx context.Context, b *built) (sb sandbox.Sandbox, poole
 			case p.wake <- struct{}{}:
 			default:
 			}
-			if err := ps.prepare(ctx, sb, b); err != nil {
+			if err := ps.prepare(p, sb, b); err != nil {
 				ps.s.metrics.poolEvents.Inc(p.cfg.Template, "unhealthy")
 				ps.s.log.Warn("warm pool: a sandbox failed its claim", "template", p.cfg.Template, "sandbox", sb.ID(), "err", err)
 				_ = sb.Shutdown(context.Background())
@@ -181,18 +187,28 @@ func (ps *pools) claim(ctx context.Context, b *built) (sb sandbox.Sandbox, poole
 	return nil, false
 }
 
-// prepare checks a pooled sandbox's health and applies the claimer's
-// limits and network.
-func (ps *pools) prepare(ctx context.Context, sb sandbox.Sandbox, b *built) error {
+// prepare checks that a pooled sandbox is still alive and applies the
+// claimer's limits (when they differ from the pool's, which the sandbox
+// was made with) and network.
+//
+// The health check is free: the sandbox's init has not exited (Done). A
+// round trip to its agent (Claimable.Ping) would add a call to every
+// claim; an agent that stopped answering fails the claimer's first call
+// instead, as it would a moment after any check.
+func (ps *pools) prepare(p *pool, sb sandbox.Sandbox, b *built) error {
 	c, ok := sb.(sandbox.Claimable)
 	if !ok {
 		return sandbox.ErrUnsupported
 	}
-	if err := c.Ping(ctx); err != nil {
-		return err
+	select {
+	case <-sb.Done():
+		return sandbox.ErrClosed
+	default:
 	}
-	if err := c.SetLimits(b.spec.Limits); err != nil {
-		return err
+	if b.spec.Limits != p.spec.Limits {
+		if err := c.SetLimits(b.spec.Limits); err != nil {
+			return err
+		}
 	}
 	if b.netMode == sandbox.NetProxy {
 		return c.AttachNetwork(b.spec.Network)

@@ -184,8 +184,51 @@ func (s *Service) newCall(ctx context.Context, c Caller, m *managed, id, kind st
 	if err := s.writable(); err != nil {
 		return err
 	}
+	return s.putCall(ctx, c, m, id, kind, args, time.Now())
+}
+
+// putCall writes the start of a call to the store and waits for its commit.
+func (s *Service) putCall(ctx context.Context, c Caller, m *managed, id, kind string, args []string, at time.Time) error {
 	defer s.slow("store put call", time.Now())
-	return s.cfg.Store.PutCall(ctx, &store.Call{ID: id, Sandbox: m.info.ID, Tenant: c.Tenant, Kind: kind, Args: args, StartedAt: time.Now()})
+	return s.cfg.Store.PutCall(ctx, &store.Call{ID: id, Sandbox: m.info.ID, Tenant: c.Tenant, Kind: kind, Args: args, StartedAt: at})
+}
+
+// callStart is the start of a call's store row, committed while the call
+// runs (beginCall): its fsync overlaps the call instead of preceding it.
+// The call is answered only after wait, and its end is written after its
+// start (recordEnd), so a call answered as done still has both records on
+// disk.
+type callStart struct {
+	done chan struct{}
+	err  error
+	// put writes the row again: for the backlog, when the disk refused it.
+	put func(context.Context) error
+}
+
+// beginCall checks that the data disk can take the call's records
+// (durable.go; an error refuses the call before it runs) and starts
+// writing its start to the store.
+func (s *Service) beginCall(ctx context.Context, c Caller, m *managed, id, kind string, args []string) (*callStart, error) {
+	if err := s.writable(); err != nil {
+		return nil, err
+	}
+	at := time.Now()
+	cs := &callStart{done: make(chan struct{})}
+	cs.put = func(ctx context.Context) error { return s.putCall(ctx, c, m, id, kind, args, at) }
+	// Once queued, the write waits for its commit whatever happens to
+	// the request.
+	wctx := context.WithoutCancel(ctx)
+	go func() {
+		defer close(cs.done)
+		cs.err = cs.put(wctx)
+	}()
+	return cs, nil
+}
+
+// wait returns the start's write error once it is known.
+func (cs *callStart) wait() error {
+	<-cs.done
+	return cs.err
 }
 
 // finishCall records the end of a call in the store and the audit tape;
@@ -193,12 +236,15 @@ func (s *Service) newCall(ctx context.Context, c Caller, m *managed, id, kind st
 // row keeps the result without its output, and of the output only counts
 // and previews (callOutput).
 func (s *Service) finishCall(c Caller, m *managed, id, kind string, req *api.Exec, vs []verdict, res *sandbox.Result, err error, took time.Duration) error {
-	return s.finishCallRef(c, m, id, kind, req, vs, res, err, took, "", nil)
+	return s.finishCallRef(c, m, id, kind, req, vs, res, err, took, "", nil, nil)
 }
 
 // finishCallRef is finishCall for a call whose output files are ref
 // ("": none), and whose previews are pv when its text is not in res.
-func (s *Service) finishCallRef(c Caller, m *managed, id, kind string, req *api.Exec, vs []verdict, res *sandbox.Result, err error, took time.Duration, ref string, pv *previews) error {
+// redo, when not nil, is the call's start, which the disk refused: it is
+// written before the end (recordEnd).
+func (s *Service) finishCallRef(c Caller, m *managed, id, kind string, req *api.Exec, vs []verdict, res *sandbox.Result, err error, took time.Duration, ref string, pv *previews,
+	redo func(context.Context) error) error {
 	ev := audit.Event{Kind: kind, Tenant: c.Tenant, Actor: c.Actor, Sandbox: m.info.ID, Call: id,
 		Decision: audit.DecisionAllow, Request: mustJSON(requestSummary(req)), DurationMs: took.Milliseconds()}
 	code, reason := sandbox.ExitSetupFailed, string(sandbox.ReasonSetupError)
@@ -211,7 +257,7 @@ func (s *Service) finishCallRef(c Caller, m *managed, id, kind string, req *api.
 	}
 	withVerdicts(&ev, vs)
 	row, out := callOutput(res, ref, pv)
-	return s.recordEnd(id, time.Now(), code, reason, mustJSON(row), out, ev)
+	return s.recordEnd(id, time.Now(), code, reason, mustJSON(row), out, ev, redo)
 }
 
 func (s *Service) exec(ctx context.Context, c Caller, in *input) (any, error) {
@@ -219,14 +265,9 @@ func (s *Service) exec(ctx context.Context, c Caller, in *input) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := s.processOf(req)
+	p, err := s.execProcess(req)
 	if err != nil {
 		return nil, err
-	}
-	if len(req.StdinBase64) > 0 {
-		p.Stdin = bytes.NewReader(req.StdinBase64)
-	} else if req.Stdin != "" {
-		p.Stdin = strings.NewReader(req.Stdin)
 	}
 	var st *eventSink
 	if req.Stream && in.emit != nil {
@@ -239,6 +280,103 @@ func (s *Service) exec(ctx context.Context, c Caller, in *input) (any, error) {
 		return nil, err
 	}
 	defer done()
+	return s.runExec(ctx, c, in, m, req, p, st)
+}
+
+// execProcess checks an exec's body and makes its process, with its
+// standard input; the output is runExec's to set.
+func (s *Service) execProcess(req *api.Exec) (*sandbox.Process, error) {
+	p, err := s.processOf(req)
+	if err != nil {
+		return nil, err
+	}
+	if len(req.StdinBase64) > 0 {
+		p.Stdin = bytes.NewReader(req.StdinBase64)
+	} else if req.Stdin != "" {
+		p.Stdin = strings.NewReader(req.Stdin)
+	}
+	return p, nil
+}
+
+// runExec runs the judged exec req (process p) in sandbox m, which the
+// caller holds (use), and answers it: the result, an execAnswer, or (st
+// not nil) the stream's exit event and the result. It writes the call's
+// store rows and its audit record (in.rec.durable).
+func (s *Service) runExec(ctx context.Context, c Caller, in *input, m *managed, req *api.Exec, p *sandbox.Process, st *eventSink) (any, error) {
+	return s.runExecWith(ctx, c, in, m, req, st, func() (*execRun, error) {
+		m.mu.Lock()
+		callID := fmt.Sprintf("%s/c%d", m.info.ID, m.nextCall())
+		m.mu.Unlock()
+		return s.newExecRun(c, callID, req, p, st), nil
+	})
+}
+
+// execRun is an exec's process with the destinations of its output, and,
+// once it has run, its outcome.
+type execRun struct {
+	callID string
+	p      *sandbox.Process
+	// capOut and capErr capture the output (nil when it streams); ans
+	// is the answer made of them.
+	capOut, capErr *callCapture
+	ans            *execAnswer
+	start          time.Time
+	// done, when not nil, is closed once a process started ahead of its
+	// call (runEarly) has ended with res and err.
+	done chan struct{}
+	// before, when not nil, runs before the call's record is written (a
+	// carried exec's: the create's record goes first).
+	before func()
+	res    *sandbox.Result
+	err    error
+}
+
+// newExecRun gives process p of call callID its output: the stream's
+// events, or captures.
+//
+// The output is captured here, not by the runtime: charged to the output
+// budget, spilling to a file past it (output.go). The runtime redacts
+// secrets before it writes to these writers. The answer is written from
+// the captures (execAnswer), which stay charged to the budget until then;
+// runExecWith releases them unless the answer is handed over, to be
+// released once written.
+func (s *Service) newExecRun(c Caller, callID string, req *api.Exec, p *sandbox.Process, st *eventSink) *execRun {
+	x := &execRun{callID: callID, p: p}
+	if st != nil {
+		p.Stdout, p.Stderr = st.writer(api.EventStdout), st.writer(api.EventStderr)
+		return x
+	}
+	limit := cmp.Or(req.OutputLimit, s.cfg.OutputLimit)
+	x.capOut = s.out.newCapture(c.Tenant, callID, "stdout", limit)
+	x.capErr = s.out.newCapture(c.Tenant, callID, "stderr", limit)
+	p.Stdout, p.Stderr = x.capOut.c, x.capErr.c
+	x.ans = &execAnswer{stdout: x.capOut, stderr: x.capErr}
+	return x
+}
+
+// runEarly starts x's process in sb ahead of its call's bookkeeping (a
+// create's carried exec); runExecWith collects its outcome.
+func (x *execRun) runEarly(ctx context.Context, sb sandbox.Sandbox) {
+	x.start, x.done = time.Now(), make(chan struct{})
+	go func() {
+		defer close(x.done)
+		x.res, x.err = sb.Exec(ctx, x.p)
+	}()
+}
+
+// wait runs x's process in m, or waits for the one runEarly started.
+func (x *execRun) wait(ctx context.Context, m *managed) (*sandbox.Result, error) {
+	if x.done == nil {
+		x.start = time.Now()
+		return m.box().Exec(ctx, x.p)
+	}
+	<-x.done
+	return x.res, x.err
+}
+
+// runExecWith is runExec for the process prepare gives (made then, or
+// already started by runEarly).
+func (s *Service) runExecWith(ctx context.Context, c Caller, in *input, m *managed, req *api.Exec, st *eventSink, prepare func() (*execRun, error)) (any, error) {
 	if !req.Concurrent {
 		m.mu.Lock()
 		busy := m.busy
@@ -253,38 +391,41 @@ func (s *Service) exec(ctx context.Context, c Caller, in *input) (any, error) {
 			m.mu.Unlock()
 		}()
 	}
-	m.mu.Lock()
-	callID := fmt.Sprintf("%s/c%d", m.info.ID, m.nextCall())
-	m.mu.Unlock()
-	// The output is captured here, not by the runtime: charged to the
-	// output budget, spilling to a file past it (output.go). The runtime
-	// redacts secrets before it writes to these writers.
-	//
-	// The answer is written from the captures (execAnswer), which stay
-	// charged to the budget until then; they are released here unless
-	// the answer is handed over, to be released once written.
-	var capOut, capErr *callCapture
-	var ans *execAnswer
-	if st != nil {
-		p.Stdout, p.Stderr = st.writer(api.EventStdout), st.writer(api.EventStderr)
-	} else {
-		limit := cmp.Or(req.OutputLimit, s.cfg.OutputLimit)
-		capOut = s.out.newCapture(c.Tenant, callID, "stdout", limit)
-		capErr = s.out.newCapture(c.Tenant, callID, "stderr", limit)
-		p.Stdout, p.Stderr = capOut.c, capErr.c
-		ans = &execAnswer{stdout: capOut, stderr: capErr}
+	x, err := prepare()
+	if err != nil {
+		return nil, err
+	}
+	callID, capOut, capErr, ans := x.callID, x.capOut, x.capErr, x.ans
+	if ans != nil {
 		defer func() {
 			if ans != nil {
 				ans.release()
 			}
 		}()
 	}
-	if err := s.newCall(ctx, c, m, callID, "exec", req.Args); err != nil {
+	// The call's start is committed while it runs (beginCall): its
+	// fsync is not on the call's path.
+	cs, err := s.beginCall(ctx, c, m, callID, "exec", req.Args)
+	if err != nil {
+		if x.done != nil {
+			<-x.done // it ran, but cannot be recorded: refused as before
+		}
 		return nil, fmt.Errorf("record call: %w", err)
 	}
-	start := time.Now()
-	res, err := m.box().Exec(ctx, p)
+	res, err := x.wait(ctx, m)
 	res, err = m.cutShort(res, err)
+	var redo func(context.Context) error
+	if perr := cs.wait(); perr != nil {
+		if !retryable(perr) {
+			// Not a full disk: no record of the call can be made (the
+			// store is closed, say); the call fails, as it would have
+			// before running.
+			return nil, fmt.Errorf("record call: %w", perr)
+		}
+		// The disk filled while the call ran: its start goes to the
+		// backlog with its end, and the answer is 507 (notDurable).
+		redo = cs.put
+	}
 	ref := ""
 	var pv *previews
 	if capOut != nil {
@@ -300,8 +441,11 @@ func (s *Service) exec(ctx context.Context, c Caller, in *input) (any, error) {
 		}
 		ans.res = res
 	}
+	if x.before != nil {
+		x.before()
+	}
 	rerr := in.rec.durable(func() error {
-		return s.finishCallRef(c, m, callID, "process.exec", req, in.verdicts, res, err, time.Since(start), ref, pv)
+		return s.finishCallRef(c, m, callID, "process.exec", req, in.verdicts, res, err, time.Since(x.start), ref, pv, redo)
 	})
 	if err != nil && !isSetupOnly(err) {
 		return nil, err

@@ -169,6 +169,9 @@ func (s *Service) createSandbox(ctx context.Context, c Caller, in *input) (any, 
 	if err != nil {
 		return nil, err
 	}
+	if req.Exec != nil {
+		return s.createWithExec(ctx, c, in, req)
+	}
 	sb, err := s.doCreate(ctx, c, req)
 	if err != nil {
 		return nil, err
@@ -179,6 +182,12 @@ func (s *Service) createSandbox(ctx context.Context, c Caller, in *input) (any, 
 }
 
 func (s *Service) doCreate(ctx context.Context, c Caller, req *api.CreateSandbox) (*api.Sandbox, error) {
+	return s.doCreateFirst(ctx, c, req, nil)
+}
+
+// doCreateFirst is doCreate for a create that carries its first exec
+// (first not nil), which it may start ahead (createFor).
+func (s *Service) doCreateFirst(ctx context.Context, c Caller, req *api.CreateSandbox, first *firstExec) (*api.Sandbox, error) {
 	if !s.cfg.AllowHostPaths && (req.Workspace != "" || len(req.Binds) > 0) {
 		s.metrics.denied("host_paths")
 		return nil, api.Errorf(api.CodePermissionDenied, "this server does not bind host paths (workspace, binds); use the file and archive operations")
@@ -233,7 +242,7 @@ func (s *Service) doCreate(ctx context.Context, c Caller, req *api.CreateSandbox
 	if err != nil {
 		return nil, err
 	}
-	return s.launch(ctx, c, req, b, timeout, idle)
+	return s.launch(ctx, c, req, b, timeout, idle, first)
 }
 
 // built is a create request made into a spec under its policy.
@@ -273,8 +282,9 @@ func (s *Service) buildSpec(c Caller, req *api.CreateSandbox) (*built, error) {
 }
 
 // launch starts the sandbox b describes, from a warm pool when one holds
-// a sandbox made exactly so, and registers it.
-func (s *Service) launch(ctx context.Context, c Caller, req *api.CreateSandbox, b *built, timeout, idle time.Duration) (*api.Sandbox, error) {
+// a sandbox made exactly so, and registers it. A first exec may be started
+// with the sandbox's setup (createFor).
+func (s *Service) launch(ctx context.Context, c Caller, req *api.CreateSandbox, b *built, timeout, idle time.Duration, first *firstExec) (*api.Sandbox, error) {
 	bind, err := s.attachNetwork(b.netMode, b.pol, b.spec)
 	if err != nil {
 		if api.AsError(err).Code == api.CodePolicyDenied {
@@ -284,7 +294,7 @@ func (s *Service) launch(ctx context.Context, c Caller, req *api.CreateSandbox, 
 	}
 	sb, pooled := s.pools.claim(ctx, b)
 	if sb == nil {
-		if sb, err = s.cfg.Runtime.Create(ctx, b.spec); err != nil {
+		if sb, err = s.createFor(ctx, c, b, first); err != nil {
 			return nil, err
 		}
 	}
@@ -302,6 +312,9 @@ func (s *Service) launch(ctx context.Context, c Caller, req *api.CreateSandbox, 
 	}
 	if b.snap != nil {
 		m.info.Snapshot = b.snap.ID
+	}
+	if first != nil && first.run != nil {
+		m.calls = 1 // the first exec's, started with the sandbox
 	}
 	if bind != nil {
 		bind.m.Store(m)

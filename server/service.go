@@ -174,8 +174,9 @@ type Service struct {
 	authFails *authLimiter    // failed authentications, per source
 	pools     *pools          // set by Start
 	criuOnce  sync.Once
-	criu      string  // snapshots' Processes field
-	durable   backlog // records waiting for the data disk (durable.go)
+	criu      string   // snapshots' Processes field
+	durable   backlog  // records waiting for the data disk (durable.go)
+	activity  activity // calls in flight, for the pools' refills (idle.go)
 
 	mu        sync.Mutex
 	sandboxes map[string]*managed
@@ -366,6 +367,11 @@ type input struct {
 	// headers of an NDJSON answer); nil when there is nothing to start.
 	open func()
 
+	// long is the request's context without the transport's request
+	// timeout (HTTP: the operations not in longOps), for a call that
+	// becomes long (a create's carried exec); nil: the call's own.
+	long context.Context
+
 	// req is the decoded request (for the call's audit record).
 	req any
 	// rec is the call's audit record, which Service.call writes (see
@@ -392,7 +398,9 @@ func (s *Service) call(ctx context.Context, c Caller, name string, in *input) (r
 	}
 	start := time.Now()
 	returned := false
+	s.activity.begin()
 	defer func() {
+		s.activity.end()
 		if !returned {
 			err = errPanicked
 		}

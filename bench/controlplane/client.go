@@ -118,6 +118,46 @@ func (c *apiClient) create(ctx context.Context) (string, error) {
 	return sb.ID, nil
 }
 
+// createExecBody is a create that carries exec ["echo", "hello"].
+var createExecBody = []byte(`{"exec":{"args":["echo","hello"]}}`)
+
+// createExec makes a sandbox with the server's defaults that runs
+// createExecBody's echo as its first call, in one request, and returns
+// its id (whenever the answer names one) once the echo is checked.
+func (c *apiClient) createExec(ctx context.Context) (string, error) {
+	b, err := c.do(ctx, "create+exec", http.MethodPost, "/v1/sandboxes", "application/json", createExecBody, http.StatusCreated)
+	if err != nil {
+		return "", err
+	}
+	var sb struct {
+		ID    string `json:"id"`
+		State string `json:"state"`
+		Exec  *struct {
+			Result *struct {
+				ExitCode   int    `json:"exit_code"`
+				ExitReason string `json:"exit_reason"`
+				Stdout     string `json:"stdout"`
+				Stderr     string `json:"stderr"`
+			} `json:"result"`
+			Error json.RawMessage `json:"error"`
+		} `json:"exec"`
+	}
+	if err := json.Unmarshal(b, &sb); err != nil || sb.ID == "" {
+		return "", &callError{op: "create+exec", status: http.StatusCreated, body: "no sandbox id in " + snippet(b)}
+	}
+	switch {
+	case sb.State != "running":
+		return sb.ID, &callError{op: "create+exec", status: http.StatusCreated, body: "state " + sb.State + ", not running"}
+	case sb.Exec == nil || sb.Exec.Result == nil:
+		return sb.ID, &callError{op: "create+exec", status: http.StatusCreated, body: "no exec result in " + snippet(b)}
+	}
+	if r := sb.Exec.Result; r.ExitCode != 0 || r.Stdout != "hello\n" {
+		return sb.ID, &callError{op: "create+exec", status: http.StatusCreated,
+			body: fmt.Sprintf("echo hello: exit %d (%s), stdout %q, stderr %q", r.ExitCode, r.ExitReason, r.Stdout, r.Stderr)}
+	}
+	return sb.ID, nil
+}
+
 // execBody is the body of exec ["echo", word].
 func execBody(word string) []byte {
 	b, _ := json.Marshal(struct {

@@ -169,13 +169,18 @@ func execute(ctx context.Context, o *options, rep *schema.Controlplane, logf fun
 			ref(schema.KindRun, "`moat run -- echo hello`", aboutRun, "sequential", runArgv, ""),
 			ref(schema.KindBwrap, "bwrap `echo hello`", aboutBwrap, "sequential", bwrapArgv, bwrapSkip),
 			ref(schema.KindBare, "bare `echo hello`", "no isolation: fork, exec, exit, wait", "sequential", []string{"/bin/echo", "hello"}, ""),
+			ref(schema.KindBareTrue, "bare `/bin/true`", "no isolation: fork, exec, exit, wait of /bin/true; the floor of the warm claim and the exec round trip", "sequential", []string{"/bin/true"}, ""),
 		}
 		burstRefs = []*row{
 			ref(schema.KindRun, "`moat run -- echo hello`", aboutRun+"; that many at once", burstName, runArgv, ""),
 			ref(schema.KindBwrap, "bwrap `echo hello`", aboutBwrap+"; that many at once", burstName, bwrapArgv, bwrapSkip),
 		}
 	}
-	for _, rows := range [][]*row{{apiSeq}, seqRefs, {apiBurst}, burstRefs} {
+	apiWarm := newRow("moat API, warm pool", "sequential", schema.KindWarm,
+		fmt.Sprintf("POST /v1/sandboxes served by a warm pool of %d (a second daemon; each sample waits, untimed, for a full pool), then POST …/exec echo hello", warmPoolSize))
+	apiExec := newRow("moat API, create carrying the exec", "sequential", schema.KindAPIExec,
+		`POST /v1/sandboxes {"exec":{"args":["echo","hello"]}}: one request; one at a time`)
+	for _, rows := range [][]*row{{apiSeq, apiExec, apiWarm}, seqRefs, {apiBurst}, burstRefs} {
 		tti = append(tti, rows...)
 	}
 
@@ -191,6 +196,11 @@ func execute(ctx context.Context, o *options, rep *schema.Controlplane, logf fun
 
 	b := &bench{o: o, d: d, rep: rep, start: time.Now(), logf: logf,
 		c: newClient(d.URL, d.Token, 2*o.burst, o.callTimeout)}
+	if b.warm, err = startWarm(ctx, bin, []string{"--max-sandboxes", limit, "--max-per-tenant", limit}, o.callTimeout); err != nil {
+		apiWarm.fail("starting the warm-pool daemon", err)
+	} else {
+		logf("warm-pool daemon pid %d listening on %s", b.warm.d.PID, b.warm.d.URL)
+	}
 	rep.Memory = append(rep.Memory, b.snap("daemon started", false))
 	one, err := machine.NewTimer(o.callTimeout, true)
 	if err != nil {
@@ -198,7 +208,13 @@ func execute(ctx context.Context, o *options, rep *schema.Controlplane, logf fun
 	} else {
 		defer one.Close()
 		b.oneRun = one
-		b.sequential(ctx, apiSeq, seqRefs)
+		b.sequential(ctx, []*row{apiSeq, apiExec, apiWarm}, seqRefs)
+		if b.warm != nil {
+			if err := b.warm.stop(); err != nil {
+				rep.Errors = append(rep.Errors, "stopping the warm-pool daemon: "+err.Error())
+			}
+			b.warm = nil
+		}
 		rep.Memory = append(rep.Memory, b.snap("after sequential TTI", false))
 		rep.Bursts = b.bursts(ctx, apiBurst, burstRefs)
 		rep.Memory = append(rep.Memory, b.snap("after burst TTI", false))
@@ -211,6 +227,9 @@ func execute(ctx context.Context, o *options, rep *schema.Controlplane, logf fun
 		}
 	}
 	b.c.close()
+	if b.warm != nil {
+		_ = b.warm.stop()
+	}
 	rep.Memory = append(rep.Memory, b.snap("before SIGTERM", false))
 
 	took, err := d.Stop(30 * time.Second)
@@ -252,6 +271,16 @@ func finish(rep *schema.Controlplane, tti []*row, execRow *row) {
 			case schema.KindRun:
 				r.RatioToMoatRun = ratio(r.Stats, ref.Stats)
 			}
+		}
+	}
+	// The warm claim and the exec round trip are compared with a bare
+	// fork+exec of /bin/true.
+	if bare := schema.Row(rep.TTI, "sequential", schema.KindBareTrue); bare != nil {
+		if w := schema.Row(rep.TTI, "sequential", schema.KindWarm); w != nil {
+			w.RatioToBareTrue = ratio(w.Stats, bare.Stats)
+		}
+		if rep.Exec != nil {
+			rep.Exec.RatioToBareTrue = ratio(rep.Exec.Stats, bare.Stats)
 		}
 	}
 	rep.Failed = len(rep.Errors) > 0 || (rep.Soak != nil && rep.Soak.Errors > 0)

@@ -26,6 +26,7 @@ type bench struct {
 	rep    *schema.Controlplane
 	start  time.Time // the daemon started listening
 	logf   func(format string, args ...any)
+	warm   *warmDaemon // serves the warm-pool row; nil when it did not start
 	oneRun *machine.Timer
 	shots  []*machine.Timer // one per sandbox of a burst, for the one-shot rows
 }
@@ -62,15 +63,37 @@ func (b *bench) tti(ctx context.Context, c *apiClient) (total, create, first tim
 
 var helloBody = execBody("hello")
 
+// ttiCarried is tti with the echo carried by the create (one request):
+// the time from the request to its checked answer; then deletes the
+// sandbox, untimed.
+func (b *bench) ttiCarried(ctx context.Context, c *apiClient) (total time.Duration, err error) {
+	cctx, cancel := b.callCtx(ctx)
+	defer cancel()
+	begin := time.Now()
+	id, err := c.createExec(cctx)
+	total = time.Since(begin)
+	if id != "" {
+		if derr := c.delete(cctx, id); derr != nil && err == nil {
+			err = fmt.Errorf("after a good sample: %w", derr)
+		}
+	}
+	return total, err
+}
+
 // sequential runs the sequential TTI samples of the moat API interleaved
 // with the one-shot references: each round runs every row once, in a
 // fresh random order.
-func (b *bench) sequential(ctx context.Context, api *row, refs []*row) {
+func (b *bench) sequential(ctx context.Context, apis []*row, refs []*row) {
 	type entry struct {
 		r    *row
 		argv []string
 	}
-	entries := []entry{{r: api}}
+	var entries []entry
+	for _, r := range apis {
+		if r.Kind != schema.KindWarm || b.warm != nil {
+			entries = append(entries, entry{r: r})
+		}
+	}
 	for _, r := range refs {
 		if r.SkippedReason == "" {
 			entries = append(entries, entry{r: r, argv: r.argv})
@@ -92,19 +115,34 @@ func (b *bench) sequential(ctx context.Context, api *row, refs []*row) {
 		runtime.GC() // between rounds, never inside a timed sample
 		for _, e := range entries {
 			if e.argv == nil {
-				d, cr, fe, err := b.tti(ctx, b.c)
+				var d, cr, fe time.Duration
+				var err error
+				switch e.r.Kind {
+				case schema.KindWarm:
+					d, cr, fe, err = b.warm.claimTTI(ctx, b.o.callTimeout)
+				case schema.KindAPIExec:
+					d, err = b.ttiCarried(ctx, b.c)
+				default:
+					d, cr, fe, err = b.tti(ctx, b.c)
+				}
 				if err != nil {
 					e.r.fail(phase, err)
 					continue
 				}
 				if measured {
 					e.r.SamplesMs = append(e.r.SamplesMs, stats.Ms(d))
-					e.r.createMs = append(e.r.createMs, stats.Ms(cr))
-					e.r.execMs = append(e.r.execMs, stats.Ms(fe))
+					if e.r.Kind != schema.KindAPIExec {
+						e.r.createMs = append(e.r.createMs, stats.Ms(cr))
+						e.r.execMs = append(e.r.execMs, stats.Ms(fe))
+					}
 				}
 				continue
 			}
-			d, err := timeOneShot(b.oneRun, e.argv, "hello\n")
+			want := "hello\n"
+			if e.r.Kind == schema.KindBareTrue {
+				want = ""
+			}
+			d, err := timeOneShot(b.oneRun, e.argv, want)
 			if err != nil {
 				e.r.fail(phase, err)
 				continue

@@ -68,6 +68,9 @@ var (
 	goalTTI         = goal{"<", 10, "ms", "p50"}
 	goalExec        = goal{"<", 3, "ms", "p50"}
 	goalWarm        = goal{"<", 2, "ms", "p50"}
+	goalWarmBare    = goal{"<=", 3, "×", "p50"}   // warm claim → first exec / bare /bin/true (issue 20)
+	goalExecBare    = goal{"<=", 1.5, "×", "p50"} // exec round trip / bare /bin/true (issue 20)
+	goalAPIBwrap    = goal{"<=", 1.5, "×", "p50"} // API create (no pool) → first exec / bwrap (issue 20)
 	goalFork        = goal{"<", 30, "ms", "p50"}
 	goalDensityLive = goal{">=", 1000, "sandboxes", ""}
 	goalDensityPSS  = goal{"<", 2048, "KiB", ""}

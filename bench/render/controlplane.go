@@ -138,6 +138,31 @@ func controlplaneSection(in *Inputs, a *analysis, plots *plotSet) *section {
 		}
 		a.row(headRow{Figure: fig, Goal: goalTTI.String(), P50: num(s.P50) + " ms", P95: num(s.P95) + " ms", P99: num(s.P99) + " ms",
 			Ratio: orDash(strings.Join(ratios, "; ")), Result: verdict(met)})
+		if bw := schema.Row(f.TTI, r.Mode, schema.KindBwrap); r.Mode == "sequential" && bw != nil && bw.Stats != nil && bw.Stats.P50 > 0 {
+			rr := s.P50 / bw.Stats.P50
+			met := a.goalFig("controlplane.tti.sequential.api.ratio_to_bwrap", "API create (no pool) → first `echo`, p50 / bwrap p50", "×", rr, "lower", goalAPIBwrap)
+			a.row(headRow{Figure: "API create (no pool) → first `echo` / bwrap", Goal: goalAPIBwrap.String(), P50: num(s.P50) + " ms", P95: num(s.P95) + " ms", P99: num(s.P99) + " ms",
+				Ratio: ratio(rr), Result: verdict(met)})
+		}
+	}
+	// The create that carries its first exec, against bubblewrap: the
+	// same goal as the two calls (the figure the goal is about, in one
+	// request).
+	if r := schema.Row(f.TTI, "sequential", schema.KindAPIExec); r != nil && r.Stats != nil && r.Stats.N > 0 {
+		if bw := schema.Row(f.TTI, "sequential", schema.KindBwrap); bw != nil && bw.Stats != nil && bw.Stats.P50 > 0 {
+			s := r.Stats
+			rr := s.P50 / bw.Stats.P50
+			met := a.goalFig("controlplane.tti.sequential.api-create-exec.ratio_to_bwrap", "API create carrying its first `echo`, p50 / bwrap p50", "×", rr, "lower", goalAPIBwrap)
+			a.row(headRow{Figure: "API create carrying its first `echo` (one request) / bwrap", Goal: goalAPIBwrap.String(), P50: num(s.P50) + " ms", P95: num(s.P95) + " ms", P99: num(s.P99) + " ms",
+				Ratio: ratio(rr), Result: verdict(met)})
+		}
+	}
+	// The warm claim, against a bare fork+exec of /bin/true.
+	if w := schema.Row(f.TTI, "sequential", schema.KindWarm); w != nil && w.Stats != nil && w.Stats.N > 0 && w.RatioToBareTrue != nil {
+		s := w.Stats
+		met := a.goalFig("controlplane.tti.sequential.api-warm.ratio_to_bare_true", "warm-pool claim → first `echo`, p50 / bare `/bin/true` p50", "×", *w.RatioToBareTrue, "lower", goalWarmBare)
+		a.row(headRow{Figure: "warm-pool claim → first `echo` (API) / bare `/bin/true`", Goal: goalWarmBare.String(), P50: num(s.P50) + " ms", P95: num(s.P95) + " ms", P99: num(s.P99) + " ms",
+			Ratio: ratio(*w.RatioToBareTrue), Result: verdict(met)})
 	}
 
 	// Exec round trip.
@@ -148,6 +173,11 @@ func controlplaneSection(in *Inputs, a *analysis, plots *plotSet) *section {
 		met := a.setGoal("controlplane.exec.p50_ms", goalExec)
 		a.row(headRow{Figure: "exec round trip (`echo` in an existing sandbox)", Goal: goalExec.String(),
 			P50: num(s.P50) + " ms", P95: num(s.P95) + " ms", P99: num(s.P99) + " ms", Ratio: "—", Result: verdict(met)})
+		if r.RatioToBareTrue != nil {
+			met := a.goalFig("controlplane.exec.ratio_to_bare_true", "exec round trip, p50 / bare `/bin/true` p50", "×", *r.RatioToBareTrue, "lower", goalExecBare)
+			a.row(headRow{Figure: "exec round trip / bare `/bin/true`", Goal: goalExecBare.String(),
+				P50: num(s.P50) + " ms", P95: num(s.P95) + " ms", P99: num(s.P99) + " ms", Ratio: ratio(*r.RatioToBareTrue), Result: verdict(met)})
+		}
 		b.WriteString("### Exec round trip\n\n")
 		et := newTable(">n", ">p50 ms", ">p95 ms", ">p99 ms", ">mean ms", ">min ms", ">max ms")
 		et.add(fmt.Sprint(s.N), num(s.P50), num(s.P95), num(s.P99), num(s.Mean), num(s.Min), num(s.Max))
@@ -295,7 +325,8 @@ func controlplaneSection(in *Inputs, a *analysis, plots *plotSet) *section {
 
 // ttiLabel names a TTI row on the plot's axis.
 func ttiLabel(r schema.ControlplaneRow) string {
-	name := map[string]string{schema.KindAPI: "API create→echo", schema.KindRun: "moat run echo", schema.KindBwrap: "bwrap echo", schema.KindBare: "bare echo"}[r.Kind]
+	name := map[string]string{schema.KindAPI: "API create→echo", schema.KindRun: "moat run echo", schema.KindBwrap: "bwrap echo", schema.KindBare: "bare echo",
+		schema.KindWarm: "API warm claim→echo", schema.KindBareTrue: "bare /bin/true", schema.KindAPIExec: "API create+echo, one request"}[r.Kind]
 	if name == "" {
 		name = r.Name
 	}

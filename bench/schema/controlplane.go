@@ -42,6 +42,15 @@ const (
 	KindRun   = "moat-run" // moat run, one process
 	KindBwrap = "bwrap"    // bubblewrap, one process
 	KindBare  = "bare"     // the command with no isolation
+	// KindWarm is the daemon's API with a warm pool: a create the pool
+	// serves (a claim), then the first exec.
+	KindWarm = "api-warm"
+	// KindAPIExec is the daemon's API with a create that carries its
+	// first exec (sandbox.create's exec field): one request.
+	KindAPIExec = "api-create-exec"
+	// KindBareTrue is a bare fork+exec of /bin/true on the host: the
+	// floor the warm claim and the exec round trip are compared with.
+	KindBareTrue = "bare-true"
 )
 
 // ControlplaneRow is one timed series. Stats are over its successful
@@ -65,8 +74,12 @@ type ControlplaneRow struct {
 	FirstExec      *stats.Summary `json:"first_exec_ms,omitempty"`
 	RatioToBwrap   *float64       `json:"ratio_to_bwrap"`
 	RatioToMoatRun *float64       `json:"ratio_to_moat_run"`
-	SkippedReason  string         `json:"skipped_reason,omitempty"`
-	SamplesMs      []float64      `json:"samples_ms,omitempty"` // in the order taken
+	// RatioToBareTrue is the row's p50 over the p50 of a bare fork+exec
+	// of /bin/true (KindBareTrue) of the same run; set on the warm-pool
+	// row and the exec round trip.
+	RatioToBareTrue *float64  `json:"ratio_to_bare_true,omitempty"`
+	SkippedReason   string    `json:"skipped_reason,omitempty"`
+	SamplesMs       []float64 `json:"samples_ms,omitempty"` // in the order taken
 }
 
 // Row returns the row of rows with that mode and kind, or nil.

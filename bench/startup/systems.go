@@ -1,13 +1,16 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"time"
 
 	"github.com/moat-sandbox/moat/bench/internal/machine"
+	"github.com/moat-sandbox/moat/bench/internal/moatd"
 )
 
 // system is one way of running the benchmarked command. To add one, append
@@ -66,6 +69,12 @@ var systems = []system{
 		about: "moat run --net proxy --allow-domain example.com: the same sandbox with the egress proxy's listener in its network namespace " +
 			"and the run's own proxy serving it (the cost of the network mode is the difference from moat)",
 		prepare: prepareMoatProxy,
+	},
+	{
+		name: "moat-daemon",
+		about: "moat run served by a moat daemon running on this host (moat serve, started before the timed rounds): the CLI hands the request and its stdio " +
+			"over the daemon's local run socket (--local-daemon require) and the daemon builds the same sandbox with its long-lived runtime",
+		prepare: prepareMoatDaemon,
 	},
 	{
 		name:    "bwrap",
@@ -207,6 +216,23 @@ func prepareMoat(o *options) (*prepared, error) {
 		argv:    []string{bin, "run", "--", benchCommand},
 		version: machine.Version(bin, "version"),
 	}, nil
+}
+
+// prepareMoatDaemon starts a moat daemon with a data directory of its
+// own and times moat run handed to it over its local run socket.
+func prepareMoatDaemon(o *options) (*prepared, error) {
+	p, err := prepareMoat(o)
+	if err != nil {
+		return nil, err
+	}
+	d, err := moatd.Start(context.Background(), p.argv[0], "moat-bench-startup-", nil, time.Minute)
+	if err != nil {
+		return nil, fmt.Errorf("starting the daemon: %w", err)
+	}
+	sock := filepath.Join(d.DataDir(), "run.sock")
+	p.argv = []string{p.argv[0], "run", "--local-daemon", "require", "--daemon-socket", sock, "--", benchCommand}
+	p.cleanup = func() { _, _ = d.Stop(time.Minute) }
+	return p, nil
 }
 
 func prepareMoatProxy(o *options) (*prepared, error) {

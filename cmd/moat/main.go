@@ -53,6 +53,9 @@ type command struct {
 	// subcommand parses the rest. Every other command takes flags after
 	// its arguments too (parseFlags).
 	flagsFirst bool
+	// rawArgs, when set, gets the command's arguments as given, before
+	// parsing (moat run hands them to a local daemon).
+	rawArgs *[]string
 }
 
 // exitError carries the exit code a command wants moat to end with.
@@ -133,7 +136,15 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return 0
 	}
-	err = cmd.run(ctx, rest)
+	if cmd.rawArgs != nil {
+		*cmd.rawArgs = args[1:]
+	}
+	return exitCode(cmd.name, cmd.run(ctx, rest), stderr)
+}
+
+// exitCode maps a command's outcome to moat's exit code, writing the
+// error of a failure that is not an exit code to stderr.
+func exitCode(name string, err error, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}
@@ -142,6 +153,6 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return ee.code
 	}
 	// An error can carry what a sandbox chose (a path, a daemon's message).
-	fmt.Fprintf(stderr, "moat %s: %s\n", cmd.name, display.String(err.Error()))
+	fmt.Fprintf(stderr, "moat %s: %s\n", name, display.String(err.Error()))
 	return sandbox.ExitSetupFailed
 }

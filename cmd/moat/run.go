@@ -51,6 +51,12 @@ type runFlags struct {
 
 	template, store string
 	runtime         string
+
+	// localDaemon and daemonSocket choose whether a running local daemon
+	// serves the run (localrun_linux.go); raw are the arguments as given.
+	localDaemon  string
+	daemonSocket string
+	raw          []string
 }
 
 const runLong = `Run one command in a fresh sandbox and stream its output.
@@ -125,13 +131,16 @@ Examples:
   moat run --ro ~/.gitconfig:/home/sandbox/.gitconfig -w . -- git status
   moat run -it -- bash`
 
-func runCommand() *command {
-	f := &runFlags{}
+func runCommand() *command { return newRunCommand(&runFlags{}) }
+
+// newRunCommand is moat run with its flags parsed into f.
+func newRunCommand(f *runFlags) *command {
 	return &command{
-		name:  "run",
-		usage: "[flags] -- COMMAND [ARG...]   |   moat run [flags] --sh 'SHELL COMMAND'",
-		short: "Run one command in a fresh sandbox",
-		long:  runLong,
+		rawArgs: &f.raw,
+		name:    "run",
+		usage:   "[flags] -- COMMAND [ARG...]   |   moat run [flags] --sh 'SHELL COMMAND'",
+		short:   "Run one command in a fresh sandbox",
+		long:    runLong,
 		setup: func(fl *pflag.FlagSet) {
 			fl.StringVarP(&f.workspace, "workspace", "w", "", "host `DIR` mounted read-write at /workspace (default: a fresh in-memory dir, gone afterwards)")
 			fl.StringArrayVar(&f.ro, "ro", nil, "extra read-only bind `HOST[:PATH]` (repeatable)")
@@ -162,21 +171,31 @@ func runCommand() *command {
 			fl.StringVar(&f.template, "template", "", "run on the root filesystem of template `NAME` (default host: the host's system directories; see 'moat template')")
 			fl.StringVar(&f.store, "store", "", "template store `DIR` of --template (default the config's [store] dir, else "+templates.DefaultDir+")")
 			fl.StringVar(&f.runtime, "runtime", "", runtimeFlagUsage())
+			fl.StringVar(&f.localDaemon, "local-daemon", localNever, "`MODE` of handing the run to a moat daemon running on this host: never (default: run here), auto (when one runs and can serve it, else run here), require (fail with 125 when none can)")
+			fl.StringVar(&f.daemonSocket, "daemon-socket", "", "the local daemon's run `SOCKET` (default $MOAT_RUN_SOCKET, else "+defaultRunSocket+")")
 		},
 		run: func(ctx context.Context, args []string) error {
-			err := runRun(ctx, f, args)
-			var ee *exitError
-			if err != nil && f.json && !errors.As(err, &ee) {
-				// With --json a caller always gets one result object,
-				// a refused request included (exit 125).
-				if perr := printJSON(sandbox.SetupResult(err)); perr != nil {
-					return perr
-				}
-				return &exitError{code: sandbox.ExitSetupFailed}
+			if code, served, err := runLocal(ctx, f, args); err != nil {
+				return runOutcome(f, err, os.Stdout)
+			} else if served {
+				return &exitError{code: code}
 			}
-			return err
+			return runOutcome(f, runRun(ctx, f, args, processIO()), os.Stdout)
 		},
 	}
+}
+
+// runOutcome completes runRun's error: with --json a caller always gets
+// one result object on stdout, a refused request included (exit 125).
+func runOutcome(f *runFlags, err error, stdout io.Writer) error {
+	var ee *exitError
+	if err != nil && f.json && !errors.As(err, &ee) {
+		if perr := printJSONTo(stdout, sandbox.SetupResult(err)); perr != nil {
+			return perr
+		}
+		return &exitError{code: sandbox.ExitSetupFailed}
+	}
+	return err
 }
 
 // parseBind splits HOST[:PATH].
@@ -188,7 +207,9 @@ func parseBind(v string, writable bool) (sandbox.Bind, error) {
 	return sandbox.Bind{Source: src, Target: dst, Writable: writable}, nil
 }
 
-func runRun(ctx context.Context, f *runFlags, args []string) error {
+// runRun runs one moat run with the parsed flags f and the command line
+// args; rio says where its stdio, terminal, signals and runtime are.
+func runRun(ctx context.Context, f *runFlags, args []string, rio *runIO) error {
 	if f.sh != "" && len(args) > 0 {
 		return fmt.Errorf("%w: give either --sh or a command after --, not both", sandbox.ErrInvalidSpec)
 	}
@@ -251,13 +272,13 @@ func runRun(ctx context.Context, f *runFlags, args []string) error {
 	// redacts the output streams with the same forms.
 	red := secretMatcher(proc.Secrets)
 	if !f.json {
-		proc.Stdout, proc.Stderr = os.Stdout, os.Stderr
+		proc.Stdout, proc.Stderr = rio.stdout, rio.stderr
 	}
 	if f.interactive {
-		proc.Stdin = os.Stdin
+		proc.Stdin = rio.stdin
 	}
 	if f.tty {
-		restore, err := setupTTY(proc)
+		restore, err := setupTTY(proc, rio.stdin)
 		if err != nil {
 			return err
 		}
@@ -272,33 +293,35 @@ func runRun(ctx context.Context, f *runFlags, args []string) error {
 	if _, err := sandbox.ParseNetMode(f.net); err != nil {
 		return fmt.Errorf("--net: %w", err)
 	}
-	spec, rp, err := applyPolicy(f, spec, args)
+	spec, rp, err := applyPolicy(f, spec, args, rio)
 	if err != nil {
 		return err
 	}
 	if rp.Effect != policy.Allow {
 		res := sandbox.DeniedResult(deniedReason(rp))
 		if f.json {
-			if err := printResult(res, rp); err != nil {
+			if err := printJSONTo(rio.stdout, runResult{Result: res, Policy: rp}); err != nil {
 				return err
 			}
 		} else {
-			fmt.Fprintln(os.Stderr, "moat:", display.String(res.Error))
+			fmt.Fprintln(rio.stderr, "moat:", display.String(res.Error))
 		}
 		return &exitError{code: res.ExitCode}
 	}
-	netw, err := networkSetup(f, spec, rp.eff, defaults, red)
+	netw, err := networkSetup(f, spec, rp.eff, defaults, red, rio)
 	if err != nil {
 		return err
 	}
 	defer netw.close()
 	// From here on SIGTERM, SIGINT, SIGHUP and SIGQUIT go to the command.
-	ctx, sw := watchSignals(ctx, proc, defaults.KillGrace)
+	ctx, sw := watchSignals(ctx, proc, defaults.KillGrace, rio)
 	defer sw.stop()
 
-	rt, closeRT, err := openRuntime(rtName, moatruntime.Options{Defaults: defaults.Limits, KillGrace: defaults.KillGrace})
-	if err != nil {
-		return err
+	rt, closeRT := rio.runtime, func() {}
+	if rt == nil || rio.rtName != rtName {
+		if rt, closeRT, err = openRuntime(rtName, moatruntime.Options{Defaults: defaults.Limits, KillGrace: defaults.KillGrace}); err != nil {
+			return err
+		}
 	}
 	defer closeRT()
 	if f.timeout == 0 {
@@ -329,7 +352,7 @@ func runRun(ctx context.Context, f *runFlags, args []string) error {
 		err = &redactedError{msg: red.RedactString(err.Error()), err: err}
 	}
 	if f.json {
-		if perr := printJSON(runResult{Result: res, Template: tmpl, Policy: rp, Network: netw.view()}); perr != nil {
+		if perr := printJSONTo(rio.stdout, runResult{Result: res, Template: tmpl, Policy: rp, Network: netw.view()}); perr != nil {
 			return perr
 		}
 		return &exitError{code: res.ExitCode}
@@ -338,10 +361,10 @@ func runRun(ctx context.Context, f *runFlags, args []string) error {
 		return err
 	}
 	if res.Error != "" && res.ExitReason != sandbox.ReasonTimeout {
-		fmt.Fprintln(os.Stderr, "moat:", display.String(res.Error))
+		fmt.Fprintln(rio.stderr, "moat:", display.String(res.Error))
 	}
 	if res.ExitReason == sandbox.ReasonTimeout {
-		fmt.Fprintf(os.Stderr, "moat: timed out after %s; the process tree was killed\n", f.timeout)
+		fmt.Fprintf(rio.stderr, "moat: timed out after %s; the process tree was killed\n", f.timeout)
 	}
 	return &exitError{code: res.ExitCode}
 }
@@ -370,14 +393,6 @@ func (f *runFlags) applyTemplate(spec *sandbox.Spec, d config.Defaults) (string,
 	spec.Limits = spec.Limits.Or(t.Limits)
 	return t.Name, nil
 }
-
-// printResult writes one indented JSON result with the policy's decision.
-func printResult(res *sandbox.Result, rp *runPolicy) error {
-	return printJSON(runResult{Result: res, Policy: rp})
-}
-
-// printJSON writes one indented JSON value to stdout.
-func printJSON(res any) error { return printJSONTo(os.Stdout, res) }
 
 // limits reads the limit flags; unset ones are zero (the config's
 // defaults apply).
@@ -463,12 +478,12 @@ func (e *redactedError) Unwrap() error { return e.err }
 // setupTTY puts the caller's terminal (if stdin is one) in raw mode and
 // forwards its size; the command gets a new pty inside the sandbox, never
 // this terminal.
-func setupTTY(proc *sandbox.Process) (func(), error) {
+func setupTTY(proc *sandbox.Process, stdin *os.File) (func(), error) {
 	// TERM is the only host variable a terminal session takes along.
 	if t := os.Getenv("TERM"); t != "" {
 		proc.Env = append([]string{"TERM=" + t}, proc.Env...)
 	}
-	fd := int(os.Stdin.Fd())
+	fd := int(stdin.Fd())
 	if !term.IsTerminal(fd) {
 		return func() {}, nil
 	}

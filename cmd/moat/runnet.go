@@ -3,9 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/netip"
-	"os"
 	"sync"
 
 	"github.com/moat-sandbox/moat/admit"
@@ -41,7 +41,8 @@ type runNetwork struct {
 
 	mu       sync.Mutex
 	endpoint *netproxy.Endpoint
-	quiet    bool // --json: refusals go to the result, not stderr
+	quiet    bool      // --json: refusals go to the result, not stderr
+	stderr   io.Writer // where refusals go without --json
 }
 
 // record takes one event of the proxy.
@@ -54,7 +55,7 @@ func (n *runNetwork) record(e netproxy.Event) {
 		} else {
 			n.Denied++
 			if !n.quiet {
-				fmt.Fprintf(os.Stderr, "moat: network: refused %s:%d (%s): %s\n", display.String(e.Host), e.Port, display.String(e.Code), display.String(e.Reason))
+				fmt.Fprintf(n.stderr, "moat: network: refused %s:%d (%s): %s\n", display.String(e.Host), e.Port, display.String(e.Code), display.String(e.Reason))
 			}
 		}
 	}
@@ -68,12 +69,12 @@ func (n *runNetwork) record(e netproxy.Event) {
 // networkSetup checks the network flags against the policy and, for mode
 // proxy, starts the run's own egress proxy (in this process: it lives as
 // long as the run) and puts an endpoint of it in the spec (admit.Attach).
-func networkSetup(f *runFlags, spec *sandbox.Spec, eff *policy.Effective, defaults config.Defaults, red *output.Matcher) (*runNetwork, error) {
+func networkSetup(f *runFlags, spec *sandbox.Spec, eff *policy.Effective, defaults config.Defaults, red *output.Matcher, rio *runIO) (*runNetwork, error) {
 	mode, err := sandbox.ParseNetMode(f.net)
 	if err != nil {
 		return nil, fmt.Errorf("--net: %w", err)
 	}
-	n := &runNetwork{Mode: mode, Allow: f.allowDomains, Deny: f.denyDomains, quiet: f.json}
+	n := &runNetwork{Mode: mode, Allow: f.allowDomains, Deny: f.denyDomains, quiet: f.json, stderr: rio.stderr}
 	if err := admit.PermitOpen(mode, eff); err != nil {
 		return nil, fmt.Errorf("%w: --net open: the operator's managed policy (%s) does not permit it (open_network = true)", sandbox.ErrInvalidSpec, policy.ManagedPath)
 	}
@@ -104,7 +105,7 @@ func networkSetup(f *runFlags, spec *sandbox.Spec, eff *policy.Effective, defaul
 				defer askMu.Unlock()
 				// The question shows the host with the secrets redacted.
 				d.Request.Host, d.Host, d.Reason = red.RedactString(d.Request.Host), red.RedactString(d.Host), red.RedactString(d.Reason)
-				eff, how := askTerminal(d.Request, d, f.approvalTimeout)
+				eff, how := askTerminal(rio.openTTY, d.Request, d, f.approvalTimeout)
 				return eff == policy.Allow, terminalAnswer[how]
 			},
 			InternalHint: func(addr string) string {

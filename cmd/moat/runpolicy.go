@@ -54,10 +54,10 @@ type runResult struct {
 // allowed, compiles the policy into the spec. A denied command returns
 // the spec unchanged and rp.Effect deny; a spec the policy refuses (a
 // bind of credentials) is an error.
-func applyPolicy(f *runFlags, spec *sandbox.Spec, args []string) (*sandbox.Spec, *runPolicy, error) {
-	home, err := os.UserHomeDir()
+func applyPolicy(f *runFlags, spec *sandbox.Spec, args []string, rio *runIO) (*sandbox.Spec, *runPolicy, error) {
+	home, err := rio.homeDir()
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: no home directory for the user policy ($HOME)", sandbox.ErrInvalidSpec)
+		return nil, nil, err
 	}
 	if spec.Workspace != "" {
 		if spec.Workspace, err = filepath.Abs(spec.Workspace); err != nil {
@@ -105,7 +105,7 @@ func applyPolicy(f *runFlags, spec *sandbox.Spec, args []string) (*sandbox.Spec,
 	}
 	rp := &runPolicy{eff: eff, Profile: eff.Profile(), Effect: d.Effect, Decided: d.Effect, Rule: d.Rule.String(), Source: d.Rule.Source(), Reason: d.Reason}
 	if d.Effect == policy.Ask {
-		rp.Effect, rp.Approval = askTerminal(req, d, f.approvalTimeout)
+		rp.Effect, rp.Approval = askTerminal(rio.openTTY, req, d, f.approvalTimeout)
 	}
 	if rp.Effect != policy.Allow {
 		return spec, rp, nil
@@ -125,8 +125,8 @@ func applyPolicy(f *runFlags, spec *sandbox.Spec, args []string) (*sandbox.Spec,
 // askTerminal asks the user on the controlling terminal whether a call the
 // policy wants approved may run. No terminal, no answer within timeout,
 // or anything but y/yes is a denial.
-func askTerminal(req policy.Request, d policy.Decision, timeout time.Duration) (policy.Effect, string) {
-	tty, err := os.OpenFile("/dev/tty", os.O_RDWR, 0)
+func askTerminal(openTTY func() (*os.File, error), req policy.Request, d policy.Decision, timeout time.Duration) (policy.Effect, string) {
+	tty, err := openTTY()
 	if err != nil {
 		return policy.Deny, "no terminal"
 	}

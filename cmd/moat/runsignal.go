@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"os"
-	"os/signal"
 	"sync"
 	"syscall"
 	"time"
@@ -29,6 +28,7 @@ var endSignals = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, sy
 // is forwarded as without -t.
 type signalWatch struct {
 	sigs, fwd chan os.Signal
+	unnotify  func(c chan<- os.Signal)
 	cancel    context.CancelFunc
 	done      chan struct{}
 	stopOnce  sync.Once
@@ -42,10 +42,10 @@ type signalWatch struct {
 // watchSignals starts forwarding endSignals to proc's command; the
 // returned context is cancelled when the grace runs out. Call stop once
 // the run has ended.
-func watchSignals(ctx context.Context, proc *sandbox.Process, grace time.Duration) (context.Context, *signalWatch) {
+func watchSignals(ctx context.Context, proc *sandbox.Process, grace time.Duration, rio *runIO) (context.Context, *signalWatch) {
 	ctx, cancel := context.WithCancel(ctx)
-	w := &signalWatch{sigs: make(chan os.Signal, 8), fwd: make(chan os.Signal, 8), cancel: cancel, done: make(chan struct{})}
-	signal.Notify(w.sigs, endSignals...)
+	w := &signalWatch{sigs: make(chan os.Signal, 8), fwd: make(chan os.Signal, 8), unnotify: rio.stop, cancel: cancel, done: make(chan struct{})}
+	rio.notify(w.sigs)
 	proc.Signals = w.fwd
 	w.wg.Add(1)
 	go w.loop(grace)
@@ -106,7 +106,7 @@ func (w *signalWatch) kill() {
 // stop ends the watch: later signals have their default effect again.
 func (w *signalWatch) stop() {
 	w.stopOnce.Do(func() {
-		signal.Stop(w.sigs)
+		w.unnotify(w.sigs)
 		close(w.done)
 		w.wg.Wait()
 		w.cancel()

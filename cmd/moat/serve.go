@@ -329,6 +329,22 @@ func runServe(ctx context.Context, f *serveFlags, args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if !f.stdio {
+		// moat run on this host, served with this daemon's runtime
+		// (localrun_linux.go).
+		cfgPath := f.config
+		if cfgPath == "" {
+			cfgPath = os.Getenv("MOAT_CONFIG")
+		}
+		if cfgPath, err = absOrEmpty(cfgPath); err != nil {
+			return err
+		}
+		stopLocal, err := startLocalRun(ctx, filepath.Join(absData, runSocketName), rt, rtName, defaults, cfgPath, f.maxSandboxes, log)
+		if err != nil {
+			return err
+		}
+		defer stopLocal()
+	}
 	if f.stdio {
 		err = svc.ServeRPC(ctx, os.Stdin, os.Stdout, server.Caller{Tenant: "local", Actor: "stdio", Approver: true})
 	} else {
@@ -344,6 +360,14 @@ func runServe(ctx context.Context, f *serveFlags, args []string) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// absOrEmpty is filepath.Abs of p, or "" for "".
+func absOrEmpty(p string) (string, error) {
+	if p == "" {
+		return "", nil
+	}
+	return filepath.Abs(p)
 }
 
 // listen opens the API's address: host:port, or unix:/path (a stale

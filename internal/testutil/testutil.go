@@ -7,6 +7,8 @@ package testutil
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"os"
@@ -64,17 +66,54 @@ func Moat(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "moat")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/moat")
-		cmd.Dir = repoRoot()
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = errors.New("go build: " + err.Error() + "\n" + string(out))
-		}
+		buildErr = buildMoat(dir, binPath)
 	})
 	if buildErr != nil {
 		t.Fatalf("building moat: %v", buildErr)
 	}
 	return binPath
+}
+
+// buildMoat builds moat as `make build` does: cmd/moat-init first, then
+// moat with it embedded (build tag moatinit, the executable and its
+// SHA-256 given to package runtime/linux/leaninit through a build
+// overlay), all in dir.
+func buildMoat(dir, bin string) error {
+	root := repoRoot()
+	goBuild := func(args ...string) error {
+		cmd := exec.Command("go", append([]string{"build"}, args...)...)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return errors.New("go build: " + err.Error() + "\n" + string(out))
+		}
+		return nil
+	}
+	initBin := filepath.Join(dir, "moat-init")
+	if err := goBuild("-o", initBin, "./cmd/moat-init"); err != nil {
+		return err
+	}
+	b, err := os.ReadFile(initBin)
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(b)
+	if err := os.WriteFile(initBin+".sha256", []byte(hex.EncodeToString(sum[:])+"\n"), 0o644); err != nil {
+		return err
+	}
+	embedDir := filepath.Join(root, "runtime", "linux", "leaninit")
+	overlay, err := json.Marshal(map[string]map[string]string{"Replace": {
+		filepath.Join(embedDir, "moat-init"):        initBin,
+		filepath.Join(embedDir, "moat-init.sha256"): initBin + ".sha256",
+	}})
+	if err != nil {
+		return err
+	}
+	overlayFile := filepath.Join(dir, "overlay.json")
+	if err := os.WriteFile(overlayFile, overlay, 0o644); err != nil {
+		return err
+	}
+	return goBuild("-overlay", overlayFile, "-tags", "moatinit", "-o", bin, "./cmd/moat")
 }
 
 // Cleanup removes the built binary; call it from TestMain after m.Run.

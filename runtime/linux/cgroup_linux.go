@@ -3,6 +3,7 @@ package linux
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -128,7 +129,9 @@ func newCgroup(l *cgroupLayout, slot int, lim sandbox.Limits, always bool) (*san
 	if l.v2 {
 		mgr, err = fs2.NewManager(cg, paths[""])
 	} else {
-		mgr, err = fs.NewManager(cg, paths)
+		// The manager's Destroy deletes from the map it was given, while
+		// usage may still read c.paths: it gets its own copy.
+		mgr, err = fs.NewManager(cg, maps.Clone(paths))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("cgroup: %w", err)
@@ -220,7 +223,7 @@ func thawV1(paths map[string]string) {
 
 // taskFDs returns, on cgroup v1, the cgroup's "tasks" files opened for
 // writing by the host: the init's main thread writes "0" to each, moving
-// itself alone (joinCgroup, init_linux.go). That thread forks every
+// itself alone (joinCgroup, package sandboxinit). That thread forks every
 // sandbox process, so they all start inside, while the Go runtime's other
 // threads stay outside: it
 // creates new threads through its template thread while the main thread
@@ -275,11 +278,12 @@ func (c *sandboxCgroup) oomKills() uint64 {
 	if c == nil {
 		return 0
 	}
-	n, _ := c.mgr.OOMKillCount()
+	n, _ := c.oomKillCount()
 	return n
 }
 
-// usage is what the cgroup accounted for the sandbox.
+// usage is what the cgroup accounted for the sandbox (read by
+// sandboxCgroup.usage, cgroupstats_linux.go).
 type usage struct {
 	peakMemory         int64
 	userNs, sysNs      int64
@@ -287,31 +291,16 @@ type usage struct {
 	statsErr, oomError error
 }
 
-func (c *sandboxCgroup) usage() usage {
-	var u usage
-	if c == nil {
-		u.statsErr = errNoCgroup
-		return u
-	}
-	st, err := c.mgr.GetStats()
-	if err != nil {
-		u.statsErr = err
-	} else {
-		u.peakMemory = int64(st.MemoryStats.Usage.MaxUsage)
-		u.userNs = int64(st.CpuStats.CpuUsage.UsageInUsermode)
-		u.sysNs = int64(st.CpuStats.CpuUsage.UsageInKernelmode)
-	}
-	u.oomKills, u.oomError = c.mgr.OOMKillCount()
-	return u
-}
-
-// destroy kills anything left in the cgroup and removes its directories.
-// Safe to call more than once.
+// destroy removes the cgroup's directories, killing first whatever is
+// left in them if they are not empty. Safe to call more than once.
 func (c *sandboxCgroup) destroy() {
 	if c == nil {
 		return
 	}
 	c.once.Do(func() {
+		if c.removeEmpty() {
+			return
+		}
 		killCgroup(c.paths)
 		_ = c.mgr.Destroy()
 	})

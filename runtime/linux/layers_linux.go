@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/moat-sandbox/moat/runtime/linux/sandboxinit"
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
@@ -58,7 +59,7 @@ var baseDirs = []layerFile{
 // bind's mount point) or the same symlink (a merged /usr).
 func hostBaseLayer(stateDir string) (string, error) {
 	files := append([]layerFile(nil), baseDirs...)
-	for _, d := range systemDirs {
+	for _, d := range sandboxinit.SystemDirs() {
 		fi, err := os.Lstat(d)
 		switch {
 		case errors.Is(err, os.ErrNotExist):

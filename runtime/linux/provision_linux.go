@@ -94,7 +94,7 @@ func (r *Runtime) provision(q provisionRequest) *provisioned {
 	if err != nil {
 		return fail("seccomp", err)
 	}
-	p.seccomp = encodeBPF(prog)
+	p.seccomp = seccomp.Encode(prog)
 	hostDNS := q.netMode == sandbox.NetOpen
 	// Each layer is leased for the sandbox's life. The /etc layer and a
 	// template's base layer exist per hostname: when the sandbox ends, the

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moat-sandbox/moat/runtime/linux/leaninit"
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
@@ -25,6 +26,9 @@ const (
 	// DefaultStateDir holds moat's host-side runtime state (uid leases).
 	DefaultStateDir = "/run/moat"
 
+	// selfExe is this process's own executable, the default helper binary.
+	selfExe = "/proc/self/exe"
+
 	// defaultHostname is a sandbox's hostname when its spec names none.
 	defaultHostname = "sandbox"
 )
@@ -32,8 +36,10 @@ const (
 // Option configures a Runtime.
 type Option func(*Runtime)
 
-// WithInitPath sets the binary re-executed as each sandbox's init; it must
-// call Init when IsInit. Default: this process's own executable.
+// WithInitPath sets the binary re-executed as each sandbox's init and the
+// runtime's other helpers; it must call RunHelper first thing. Default:
+// this process's own executable, and for the init the lean init embedded
+// in moat (package leaninit) when moat was built with it.
 func WithInitPath(p string) Option { return func(r *Runtime) { r.initPath = p } }
 
 // WithStateDir sets the host directory for runtime state.
@@ -62,7 +68,10 @@ func WithLogger(l *slog.Logger) Option { return func(r *Runtime) { r.log = l } }
 
 // Runtime is the Linux namespace runtime. It is safe for concurrent use.
 type Runtime struct {
-	initPath  string
+	initPath string
+	// initExe is the executable of every sandbox's init: the lean init
+	// installed under stateDir, or initPath (see resolveInit).
+	initExe   string
 	stateDir  string
 	killGrace time.Duration
 	log       *slog.Logger
@@ -103,7 +112,7 @@ var _ sandbox.Runtime = (*Runtime)(nil)
 // every sandbox needs. It fails closed: a host that lacks one gets an error
 // wrapping sandbox.ErrUnsupported.
 func New(opts ...Option) (*Runtime, error) {
-	r := &Runtime{initPath: "/proc/self/exe", stateDir: DefaultStateDir, killGrace: DefaultKillGrace, log: slog.Default()}
+	r := &Runtime{initPath: selfExe, stateDir: DefaultStateDir, killGrace: DefaultKillGrace, log: slog.Default()}
 	for _, o := range opts {
 		o(r)
 	}
@@ -114,6 +123,7 @@ func New(opts ...Option) (*Runtime, error) {
 	if r.landlock < 1 {
 		return nil, fmt.Errorf("%w: %w (moat enforces its filesystem policy twice: mounts and Landlock)", sandbox.ErrUnsupported, errNoLandlock)
 	}
+	r.resolveInit()
 	if r.useSpawner {
 		// Started now, while this process is small.
 		if _, err := r.spawnerClient(); err != nil {
@@ -121,6 +131,25 @@ func New(opts ...Option) (*Runtime, error) {
 		}
 	}
 	return r, nil
+}
+
+// resolveInit sets r.initExe: the lean init embedded in this binary,
+// installed under the state directory (installLeanInit), unless
+// WithInitPath chose another binary or this one was built without it;
+// else initPath, which runs the same init code (Init) after its package
+// inits. A lean init that cannot be installed is logged and skipped.
+func (r *Runtime) resolveInit() {
+	r.initExe = r.initPath
+	bin, ok := leaninit.Embedded()
+	if !ok || r.initPath != selfExe {
+		return
+	}
+	p, err := installLeanInit(r.stateDir, bin)
+	if err != nil {
+		r.log.Warn("moat: starting sandboxes with the whole moat binary as their init", "err", err)
+		return
+	}
+	r.initExe = p
 }
 
 // startFunc starts argv from the runtime's init binary with files as its
@@ -132,7 +161,11 @@ type startFunc func(argv []string, files []*os.File, sys *syscall.SysProcAttr) (
 // forking this process.
 func (r *Runtime) startChild(argv []string, files []*os.File, sys *syscall.SysProcAttr) (*child, error) {
 	if !r.useSpawner {
-		return startChild(r.initPath, argv, files, sys)
+		exe := r.initPath
+		if len(argv) > 1 && argv[1] == InitArg {
+			exe = r.initExe
+		}
+		return startChild(exe, argv, files, sys)
 	}
 	sc, err := r.spawnerClient()
 	if err != nil {
@@ -145,7 +178,7 @@ func (r *Runtime) spawnerClient() (*spawnerClient, error) {
 	r.spawnMu.Lock()
 	defer r.spawnMu.Unlock()
 	if r.spawner == nil || !r.spawner.alive() {
-		sc, err := startSpawner(r.initPath)
+		sc, err := startSpawner(r.initPath, r.initExe)
 		if err != nil {
 			return nil, err
 		}

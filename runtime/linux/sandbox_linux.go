@@ -54,6 +54,9 @@ type linuxSandbox struct {
 	exited  chan struct{}  // closed when the init has exited
 	readEnd chan struct{}  // closed when the init's socket is closed
 	ready   chan error     // setup outcome, buffered
+	// setup is the setup's outcome for CreateEarly's readiness, which
+	// the first call's wait may race for the one value of ready.
+	setup setupOutcome
 
 	mu       sync.Mutex
 	waiters  map[uint64]chan *msgWithFDs
@@ -77,6 +80,7 @@ func newSandbox(r *Runtime, proc *child, conn *guest.Conn, initErr *os.File, slo
 		initErr: &boundedBuffer{max: 8 << 10},
 		readEnd: make(chan struct{}),
 		ready:   make(chan error, 1),
+		setup:   setupOutcome{done: make(chan struct{})},
 		waiters: map[uint64]chan *msgWithFDs{},
 		errDone: make(chan struct{}),
 	}
@@ -135,8 +139,10 @@ func (s *linuxSandbox) readLoop() {
 				delete(s.waiters, id)
 			}
 			s.mu.Unlock()
+			gone := s.agentGone()
+			s.setup.set(gone)
 			select {
-			case s.ready <- s.agentGone():
+			case s.ready <- gone:
 			default:
 			}
 			return
@@ -178,6 +184,7 @@ func (s *linuxSandbox) readLoop() {
 // setReady reports the setup's outcome; the init says it once, and a
 // repeat (a misbehaving agent) is dropped.
 func (s *linuxSandbox) setReady(err error) {
+	s.setup.set(err)
 	select {
 	case s.ready <- err:
 	default:

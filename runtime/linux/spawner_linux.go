@@ -116,7 +116,9 @@ func (q *spawnRequest) sysProcAttr() *syscall.SysProcAttr {
 }
 
 // Spawner runs the spawner process: it serves requests on fd 3 until the
-// runtime closes it, then exits. It never returns.
+// runtime closes it, then exits. It never returns. It starts inits from
+// the executable its argv[2] names (the runtime's initExe: the lean init),
+// its other helpers from its own.
 //
 // Preconditions: started by a Runtime's spawner client, with the socket on
 // fd 3 and a parent-death signal.
@@ -134,7 +136,10 @@ func Spawner() {
 		fmt.Fprintln(os.Stderr, "moat spawner:", err)
 		os.Exit(1)
 	}
-	s := &spawnerServer{conn: sock, kids: map[int]bool{}, holds: map[int]int{}}
+	s := &spawnerServer{conn: sock, kids: map[int]bool{}, holds: map[int]int{}, initExe: selfExe}
+	if len(os.Args) > 2 {
+		s.initExe = os.Args[2]
+	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, unix.SIGCHLD)
 	go func() {
@@ -163,7 +168,9 @@ func Spawner() {
 // failed (reaped by ForkExec itself) is never reaped here.
 type spawnerServer struct {
 	conn *guest.Conn
-	mu   sync.Mutex
+	// initExe is the executable of the inits it starts.
+	initExe string
+	mu      sync.Mutex
 
 	// Under mu:
 	kids     map[int]bool // started, not yet reaped
@@ -357,7 +364,11 @@ func (s *spawnerServer) spawn(q *spawnRequest, fds []int) error {
 	if len(q.Argv) != 2 || (q.Argv[1] != InitArg && q.Argv[1] != UsernsHoldArg) {
 		return s.conn.SendValue("spawn", &spawnMessage{Err: fmt.Sprintf("not a helper of the runtime: %q", q.Argv), Errno: int(unix.EINVAL)})
 	}
-	pid, err := syscall.ForkExec("/proc/self/exe", q.Argv, &syscall.ProcAttr{Env: []string{}, Files: files, Sys: q.sysProcAttr()})
+	exe := selfExe
+	if q.Argv[1] == InitArg {
+		exe = s.initExe
+	}
+	pid, err := syscall.ForkExec(exe, q.Argv, &syscall.ProcAttr{Env: []string{}, Files: files, Sys: q.sysProcAttr()})
 	if err != nil {
 		return s.conn.SendValue("spawn", failure("", err))
 	}
@@ -427,8 +438,9 @@ type spawnAnswer struct {
 var errSpawnerGone = errors.New("the runtime's spawner process exited")
 
 // startSpawner starts a spawner from initPath on a thread that never exits
-// (the spawner's parent-death signal is tied to it).
-func startSpawner(initPath string) (*spawnerClient, error) {
+// (the spawner's parent-death signal is tied to it); it starts inits from
+// initExe.
+func startSpawner(initPath, initExe string) (*spawnerClient, error) {
 	host, peer, err := guest.SocketPair()
 	if err != nil {
 		return nil, err
@@ -445,7 +457,7 @@ func startSpawner(initPath string) (*spawnerClient, error) {
 			done <- started{err: err}
 			return
 		}
-		c, err := startChild(initPath, []string{"moat", SpawnerArg}, []*os.File{devNull, devNull, os.Stderr, peer},
+		c, err := startChild(initPath, []string{"moat", SpawnerArg, initExe}, []*os.File{devNull, devNull, os.Stderr, peer},
 			// SIGTERM, not SIGKILL: the spawner reclaims what the
 			// runtime's sandboxes hold before it exits.
 			&syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM})

@@ -862,7 +862,7 @@ var enums = map[string][]string{
 	"Sandbox.end_reason":  {api.EndDeleted, api.EndIdle, api.EndTimeout, api.EndLost, api.EndExited, api.EndShutdown},
 	"ListSandboxes.state": {api.StateRunning, api.StateStopped},
 	"Process.state":       {api.ProcRunning, api.ProcExited},
-	"Event.type":          {api.EventStdout, api.EventStderr, api.EventExit, api.EventError, api.EventLost, api.EventApproval},
+	"Event.type":          {api.EventSandbox, api.EventStdout, api.EventStderr, api.EventExit, api.EventError, api.EventLost, api.EventApproval},
 	"Error.code":          errorCodes,
 	"Result.exit_reason": {string(sandbox.ReasonExited), string(sandbox.ReasonSignaled), string(sandbox.ReasonTimeout),
 		string(sandbox.ReasonSandboxTimeout), string(sandbox.ReasonOOM), string(sandbox.ReasonKilled), string(sandbox.ReasonSetupError)},

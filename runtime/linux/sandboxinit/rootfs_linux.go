@@ -1,4 +1,4 @@
-package linux
+package sandboxinit
 
 import (
 	"errors"
@@ -19,9 +19,13 @@ import (
 // pivoted into.
 const stagingRoot = "/tmp"
 
-// systemDirs are the host directories bound read-only into every sandbox. A
-// host symlink (merged /usr) is recreated as the same symlink.
-var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
+// SystemDirs are the host directories bound read-only into every sandbox
+// of the host template. A host symlink (merged /usr) is recreated as the
+// same symlink: the host's base layer (runtime/linux) makes the mount
+// points and symlinks, the init binds the directories.
+func SystemDirs() []string {
+	return []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
+}
 
 // procMaskedFiles read as empty inside the sandbox; procMaskedDirs appear
 // empty; procReadOnly are read-only. The lists follow runc's defaults.
@@ -85,7 +89,7 @@ func buildRoot(s *guest.Setup, fds guest.SetupFDs) (*guest.RestrictReport, error
 		return nil, err
 	}
 	if s.HostSystem {
-		for _, d := range systemDirs {
+		for _, d := range SystemDirs() {
 			if err := bindHostPath(d, root+d); err != nil {
 				return nil, err
 			}

@@ -1,4 +1,4 @@
-package linux
+package sandboxinit
 
 import (
 	"errors"
@@ -12,24 +12,16 @@ import (
 	"github.com/moat-sandbox/moat/guest"
 )
 
-// InitArg is argv[1] of a moat binary re-executed as a sandbox's pid 1.
-// The moat binary reaches Init through runtime.RunHelpers, first thing in
-// main (this package registers RunHelper there).
-const InitArg = "__moat_init"
-
 // controlFD is the descriptor number of the control socket in the init.
 const controlFD = 3
 
-// IsInit reports whether this process was started as a sandbox's init.
-func IsInit() bool { return len(os.Args) > 1 && os.Args[1] == InitArg }
-
-// Init runs a sandbox's pid 1: it receives the setup message, builds and
+// Main runs a sandbox's pid 1: it receives the setup message, builds and
 // pivots into the root, hardens itself, reports ready and then serves
 // process requests. It never returns.
 //
 // Preconditions: started by Runtime with the control socket on fd 3, in
 // fresh user, mount, pid, net, ipc, uts and cgroup namespaces.
-func Init() {
+func Main() {
 	// Capability sets are per thread: setup, hardening and every fork of
 	// a sandbox process happen on this one thread, which is never handed
 	// back to the Go scheduler.
@@ -48,7 +40,7 @@ func Init() {
 		fmt.Fprintln(os.Stderr, "moat init:", err)
 		os.Exit(1)
 	}
-	s, homeFD, err := initSandbox(conn)
+	s, homeFD, ruleset, err := initSandbox(conn)
 	if err != nil {
 		info := &guest.ErrInfo{Stage: "setup", Message: err.Error(), Code: 125}
 		var se *stageError
@@ -65,6 +57,9 @@ func Init() {
 	if homeFD >= 0 {
 		agent.SetCallCgroupHome(homeFD)
 	}
+	// The file workers' threads are not this one's clones: each enforces
+	// the Landlock ruleset on itself (landlock_linux.go).
+	agent.SetThreadHardening(func() error { return restrictThread(ruleset) })
 	if err := agent.Serve(); err != nil {
 		fmt.Fprintln(os.Stderr, "moat init:", err)
 		os.Exit(1)
@@ -73,15 +68,16 @@ func Init() {
 }
 
 // initSandbox receives the setup message, builds the root and hardens the
-// init; it returns the setup the agent then serves and, with call cgroups,
-// the pids cgroup's "tasks" file the agent moves back to (else -1).
-func initSandbox(conn *guest.Conn) (*guest.Setup, int, error) {
+// init; it returns the setup the agent then serves, with call cgroups the
+// pids cgroup's "tasks" file the agent moves back to (else -1), and the
+// Landlock ruleset (see harden).
+func initSandbox(conn *guest.Conn) (*guest.Setup, int, int, error) {
 	var phases []guest.Phase
 	mark := func(name string) { phases = append(phases, guest.Phase{Name: name, At: time.Now().UnixMicro()}) }
 	mark("init started")
 	s, fds, err := receiveSetup(conn)
 	if err != nil {
-		return nil, -1, err
+		return nil, -1, -1, err
 	}
 	homeFD, err := joinCgroup(s, fds.CgroupJoin)
 	closeFDs(fds.CgroupJoin)
@@ -91,23 +87,24 @@ func initSandbox(conn *guest.Conn) (*guest.Setup, int, error) {
 	}
 	if err != nil {
 		closeSetupFDs(fds)
-		return nil, -1, err
+		return nil, -1, -1, err
 	}
 	mark("setup received")
 	restricted, err := buildRoot(s, fds)
 	closeSetupFDs(fds)
 	mark("root built")
 	if err != nil {
-		return nil, -1, err
+		return nil, -1, -1, err
 	}
 	if err := checkCwdInRoot(); err != nil {
-		return nil, -1, err
+		return nil, -1, -1, err
 	}
-	if err := harden(s, s.Mounts, s.LandlockABI); err != nil {
-		return nil, -1, err
+	ruleset, err := harden(s, s.Mounts, s.LandlockABI)
+	if err != nil {
+		return nil, -1, -1, err
 	}
 	mark("hardened")
-	return s, homeFD, conn.Send(&guest.Message{Type: guest.MsgReady, Phases: phases, Restrict: restricted})
+	return s, homeFD, ruleset, conn.Send(&guest.Message{Type: guest.MsgReady, Phases: phases, Restrict: restricted})
 }
 
 // receiveSetup reads the setup message and its descriptors, by role.

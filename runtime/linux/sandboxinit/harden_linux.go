@@ -1,4 +1,4 @@
-package linux
+package sandboxinit
 
 import (
 	"fmt"
@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/landlock-lsm/go-landlock/landlock"
-	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
 
 	"github.com/moat-sandbox/moat/guest"
@@ -23,52 +21,58 @@ const lastCap = 63
 // harden applies the process-level protections to the init after the root
 // is built: hostname, loopback, capabilities, no_new_privs, rlimits,
 // Landlock and seccomp. Everything the init starts afterwards inherits them.
+// It returns the Landlock ruleset's descriptor (see applyLandlock).
 //
-// Preconditions: called once, after pivot, by the init (root in its user
-// namespace); landlockABI >= 1.
-func harden(s *guest.Setup, mounts []guest.Mount, landlockABI int) error {
+// Preconditions: called once, after pivot, by the init's main thread,
+// locked (root in its user namespace); landlockABI >= 1.
+func harden(s *guest.Setup, mounts []guest.Mount, landlockABI int) (int, error) {
 	if err := unix.Sethostname([]byte(s.Hostname)); err != nil {
-		return stageErr("sethostname", err)
+		return -1, stageErr("sethostname", err)
 	}
 	if err := unix.Setdomainname([]byte("(none)")); err != nil {
-		return stageErr("setdomainname", err)
+		return -1, stageErr("setdomainname", err)
 	}
 	if !s.SharedNet {
 		if err := loopbackUp(); err != nil {
-			return stageErr("bring up loopback", err)
+			return -1, stageErr("bring up loopback", err)
 		}
 	}
 	// /proc/1 of a sandbox (this process) must not be readable or
 	// ptrace-able by its processes: CVE-2019-5736 used /proc/<pid>/exe of
 	// the runtime to overwrite the runtime binary.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-		return stageErr("set non-dumpable", err)
+		return -1, stageErr("set non-dumpable", err)
 	}
 	if err := unix.Setrlimit(unix.RLIMIT_CORE, &unix.Rlimit{}); err != nil {
-		return stageErr("rlimit core", err)
+		return -1, stageErr("rlimit core", err)
 	}
 	if err := dropBoundingCaps(); err != nil {
-		return err
+		return -1, err
 	}
 	if err := threadPrctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL); err != nil {
-		return stageErr("clear ambient capabilities", err)
+		return -1, stageErr("clear ambient capabilities", err)
 	}
 	if err := clearInheritable(); err != nil {
-		return err
+		return -1, err
 	}
 	// no_new_privs is per thread too; seccomp's TSYNC below sets it on
 	// every other thread of the init.
 	if err := threadPrctl(unix.PR_SET_NO_NEW_PRIVS, 1); err != nil {
-		return stageErr("no_new_privs", err)
+		return -1, stageErr("no_new_privs", err)
 	}
-	if err := applyLandlock(mounts, s, landlockABI); err != nil {
-		return stageErr("landlock", err)
-	}
-	prog, err := decodeBPF(s.Seccomp)
+	ruleset, err := applyLandlock(mounts, s, landlockABI)
 	if err != nil {
-		return stageErr("seccomp", err)
+		return -1, stageErr("landlock", err)
 	}
-	return stageErr("seccomp", seccomp.Install(prog))
+	prog, err := seccomp.Decode(s.Seccomp)
+	if err == nil {
+		err = seccomp.Install(prog)
+	}
+	if err != nil {
+		unix.Close(ruleset)
+		return -1, stageErr("seccomp", err)
+	}
+	return ruleset, nil
 }
 
 // threadPrctl applies a per-thread prctl to the calling thread. Capability
@@ -123,19 +127,20 @@ func loopbackUp() error {
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
 }
 
-// applyLandlock mirrors the filesystem policy as a Landlock domain: the
-// whole tree readable and executable, writes only where the sandbox has
-// writable mounts, abstract Unix sockets and signals scoped to the sandbox.
-// With restrictions, a writable place may be gone from the view (beneath a
-// hidden directory): it gets no rule rather than failing the setup. With
-// s.WritableRoot (an imported template), the root's own entries are
-// writable too (rootWriteRules).
-func applyLandlock(mounts []guest.Mount, s *guest.Setup, abi int) error {
+// applyLandlock mirrors the filesystem policy as a Landlock ruleset and
+// enforces it on the calling thread (see landlock_linux.go for which
+// threads get it, and why not all): the whole tree readable and
+// executable, writes only where the sandbox has writable mounts, abstract
+// Unix sockets and signals scoped to the sandbox. With restrictions, a
+// writable place may be gone from the view (beneath a hidden directory):
+// it gets no rule rather than failing the setup. With s.WritableRoot (an
+// imported template), the root's own entries are writable too
+// (rootWriteRules). It returns the ruleset's descriptor (close-on-exec),
+// for the agent's file worker threads to enforce on themselves.
+//
+// Preconditions: the init's main thread, locked, after pivot_root.
+func applyLandlock(mounts []guest.Mount, s *guest.Setup, abi int) (int, error) {
 	restricted := len(s.Restrict) > 0
-	cfg, err := landlockConfig(abi)
-	if err != nil {
-		return err
-	}
 	rw := []string{"/tmp", sandbox.HomeDir, "/dev/shm"}
 	if s.MemoryWorkspace {
 		rw = append(rw, sandbox.WorkspaceDir)
@@ -154,55 +159,44 @@ func applyLandlock(mounts []guest.Mount, s *guest.Setup, abi int) error {
 	if s.WritableRoot {
 		dirs, files, err := rootWriteRules("", rootWriteExclusions(mounts, s.Restrict), slices.Concat(rw, rwFiles))
 		if err != nil {
-			return err
+			return -1, err
 		}
 		rw, rwFiles = append(rw, dirs...), append(rwFiles, files...)
 	}
+	rs, err := newRuleset(abi)
+	if err != nil {
+		return -1, err
+	}
+	// REFER lets files move between directories of the writable roots
+	// (mv, npm's and git's renames); without it rename(2) across
+	// directories fails with EXDEV. A ruleset of ABI 1 does not handle
+	// it (and then cannot allow it: such renames fail there).
+	writable := uint64(llReadWrite | unix.LANDLOCK_ACCESS_FS_REFER)
 	devFiles := []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"}
-	writable := landlock.RWDirs(rw...)
-	if abi >= 2 {
-		// REFER lets files move between directories of the writable
-		// roots (mv, npm's and git's renames); without it rename(2)
-		// across directories fails with EXDEV.
-		writable = writable.WithRefer()
-	}
-	if restricted {
-		writable = writable.IgnoreIfMissing()
-	}
-	rules := []landlock.Rule{
-		landlock.RODirs("/"),
-		writable,
+	for _, r := range []struct {
+		access        uint64
+		ignoreMissing bool
+		paths         []string
+	}{
+		{llRead, false, []string{"/"}},
+		{writable, restricted, rw},
 		// Terminal ioctls need IOCTL_DEV on the device files.
-		landlock.RWFiles(devFiles...).WithIoctlDev(),
-		landlock.RWDirs("/dev/pts").WithIoctlDev(),
+		{(llReadWrite | unix.LANDLOCK_ACCESS_FS_IOCTL_DEV) & llFile, false, devFiles},
+		{llReadWrite | unix.LANDLOCK_ACCESS_FS_IOCTL_DEV, false, []string{"/dev/pts"}},
 		// /proc/self/... files some tools write (oom_score_adj, comm).
-		landlock.PathAccess(llsys.AccessFSWriteFile, "/proc"),
-	}
-	if len(rwFiles) > 0 {
-		files := landlock.RWFiles(rwFiles...)
-		if restricted {
-			files = files.IgnoreIfMissing()
+		{unix.LANDLOCK_ACCESS_FS_WRITE_FILE, false, []string{"/proc"}},
+		{llReadWrite & llFile, restricted, rwFiles},
+	} {
+		if err := rs.allow(r.access, r.ignoreMissing, r.paths...); err != nil {
+			rs.close()
+			return -1, err
 		}
-		rules = append(rules, files)
 	}
-	return cfg.Restrict(rules...)
-}
-
-// landlockConfig returns the strictest Landlock configuration the running
-// kernel supports, up to ABI 7, without network rules (network isolation
-// is the network namespace's job).
-func landlockConfig(abi int) (landlock.Config, error) {
-	configs := []landlock.Config{landlock.V1, landlock.V1, landlock.V2, landlock.V3,
-		landlock.V4, landlock.V5, landlock.V6, landlock.V7}
-	if abi < 1 {
-		return landlock.Config{}, fmt.Errorf("landlock ABI %d: %w", abi, errNoLandlock)
+	if err := restrictThread(rs.fd); err != nil {
+		rs.close()
+		return -1, err
 	}
-	if abi >= len(configs) {
-		abi = len(configs) - 1
-	}
-	cfg := configs[abi]
-	cfg.HandledAccessNet = 0
-	return cfg, nil
+	return rs.fd, nil
 }
 
 // maxRootRules bounds the Landlock rules rootWriteRules makes.
