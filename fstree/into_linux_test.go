@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/internal/hosttest"
 )
 
 // The copies between host trees and tar streams (ExtractInto, WriteTar,
@@ -52,76 +54,39 @@ func fdPath(t testing.TB, fd int) string {
 	return p
 }
 
-func must(t testing.TB, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+// The shared fixtures of host-side copy tests (internal/hosttest).
+var (
+	must        = hosttest.Must
+	realTempDir = hosttest.RealTempDir
+)
 
-// realTempDir is t.TempDir() with its symlinks resolved.
-func realTempDir(t testing.TB) string {
-	t.Helper()
-	d, err := filepath.EvalSymlinks(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
-
-// extractFixture is a destination directory with, next to it, a 0600
-// file and a directory that an escape would reach.
+// extractFixture is hosttest's victims, and their directory open for the
+// *at calls.
 type extractFixture struct {
-	parent, victim, victimDir string
-	fd                        int
+	*hosttest.Victims
+	fd int
 }
-
-const victimContent = "do not touch\n"
 
 func newExtractFixture(t testing.TB) *extractFixture {
 	t.Helper()
-	x := &extractFixture{parent: realTempDir(t)}
-	x.victim = filepath.Join(x.parent, "victim")
-	x.victimDir = filepath.Join(x.parent, "victimdir")
-	must(t, os.WriteFile(x.victim, []byte(victimContent), 0o600))
-	must(t, os.Mkdir(x.victimDir, 0o755))
-	x.fd = openDirFd(t, x.parent)
+	x := &extractFixture{Victims: hosttest.NewVictims(t)}
+	x.fd = openDirFd(t, x.Parent)
 	return x
-}
-
-// check fails if anything next to the destination ("target") changed.
-func (x *extractFixture) check(t testing.TB) {
-	t.Helper()
-	b, err := os.ReadFile(x.victim)
-	st, serr := os.Lstat(x.victim)
-	if err != nil || string(b) != victimContent || serr != nil || st.Mode() != 0o600 {
-		t.Errorf("the victim file changed: %q %v %v", b, err, st)
-	}
-	ents, _ := os.ReadDir(x.victimDir)
-	if len(ents) != 0 {
-		t.Errorf("the victim directory holds %v", ents)
-	}
-	ents, _ = os.ReadDir(x.parent)
-	for _, e := range ents {
-		if n := e.Name(); n != "victim" && n != "victimdir" && n != "target" {
-			t.Errorf("%s was created next to the destination", n)
-		}
-	}
 }
 
 // plant prepares what is at the destination before an extraction.
 func (x *extractFixture) plant(t testing.TB, pre byte) {
 	t.Helper()
-	target := filepath.Join(x.parent, "target")
+	target := filepath.Join(x.Parent, "target")
 	switch pre % 6 {
 	case 1: // the destination is a symlink to a file
-		must(t, os.Symlink(x.victim, target))
+		must(t, os.Symlink(x.File, target))
 	case 2: // ... to a directory
-		must(t, os.Symlink(x.victimDir, target))
+		must(t, os.Symlink(x.Dir, target))
 	case 3: // an existing directory with symlinks inside
 		must(t, os.Mkdir(target, 0o755))
-		must(t, os.Symlink(x.victimDir, filepath.Join(target, "sub")))
-		must(t, os.Symlink(x.victim, filepath.Join(target, "f")))
+		must(t, os.Symlink(x.Dir, filepath.Join(target, "sub")))
+		must(t, os.Symlink(x.File, filepath.Join(target, "f")))
 		must(t, os.Symlink("..", filepath.Join(target, "up")))
 	case 4: // a FIFO (opening it for writing must not block)
 		must(t, unix.Mkfifo(target, 0o600))
@@ -130,22 +95,10 @@ func (x *extractFixture) plant(t testing.TB, pre byte) {
 	}
 }
 
-type hent struct {
-	name, link string
-	typ        byte
-	body       string
-}
-
-func hostTar(entries ...hent) []byte {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, e := range entries {
-		tw.WriteHeader(&tar.Header{Name: e.name, Linkname: e.link, Typeflag: e.typ, Mode: 0o644, Size: int64(len(e.body)), Format: tar.FormatPAX})
-		io.WriteString(tw, e.body)
-	}
-	tw.Close()
-	return buf.Bytes()
-}
+var (
+	hent    = hosttest.E
+	hostTar = hosttest.Tar
+)
 
 // tarBlock is one raw ustar header block (for what tar.Writer refuses
 // to write).
@@ -206,30 +159,30 @@ func hostileArchives() []struct {
 		pre  byte
 		tar  []byte
 	}{
-		{"dotdot", 0, hostTar(hent{"t/", "", tar.TypeDir, ""}, hent{"t/../../victim", "", tar.TypeReg, "x"})},
-		{"dotdot top", 0, hostTar(hent{"../", "", tar.TypeDir, ""}, hent{"../../victim", "", tar.TypeReg, "x"}, hent{"../x/../../victim", "", tar.TypeReg, "x"})},
-		{"absolute", 0, hostTar(hent{"/t/", "", tar.TypeDir, ""}, hent{"/t/abs", "", tar.TypeReg, "x"}, hent{"//t/../t/victim", "", tar.TypeReg, "x"})},
-		{"symlink then file through it", 0, hostTar(hent{"t/", "", tar.TypeDir, ""}, hent{"t/l", "../victimdir", tar.TypeSymlink, ""}, hent{"t/l/x", "", tar.TypeReg, "x"})},
-		{"absolute symlink then file through it", 0, hostTar(hent{"t/", "", tar.TypeDir, ""}, hent{"t/l", "/", tar.TypeSymlink, ""}, hent{"t/l/tmp/x", "", tar.TypeReg, "x"})},
-		{"symlink then file over it", 0, hostTar(hent{"t/", "", tar.TypeDir, ""}, hent{"t/l", "../victim", tar.TypeSymlink, ""}, hent{"t/l", "", tar.TypeReg, "x"})},
-		{"symlink then dir through it", 0, hostTar(hent{"t/", "", tar.TypeDir, ""}, hent{"t/l", "../victimdir", tar.TypeSymlink, ""}, hent{"t/l/d/", "", tar.TypeDir, ""})},
-		{"hardlink out", 0, hostTar(hent{"t/", "", tar.TypeDir, ""}, hent{"t/h", "../victim", tar.TypeLink, ""}, hent{"t/h", "", tar.TypeReg, "x"})},
-		{"hardlink absolute", 0, hostTar(hent{"t/", "", tar.TypeDir, ""}, hent{"t/h", "/etc/passwd", tar.TypeLink, ""})},
-		{"duplicate top dir", 0, hostTar(hent{"t/", "", tar.TypeDir, ""}, hent{"t/", "", tar.TypeDir, ""})},
-		{"duplicate top file", 0, hostTar(hent{"t", "", tar.TypeReg, "a"}, hent{"t", "", tar.TypeReg, "b"})},
-		{"file then under it", 0, hostTar(hent{"t", "", tar.TypeReg, "a"}, hent{"t/x", "", tar.TypeReg, "b"})},
-		{"top symlink then under it", 0, hostTar(hent{"t", "victimdir", tar.TypeSymlink, ""}, hent{"t/x", "", tar.TypeReg, "b"})},
-		{"not under the top", 0, hostTar(hent{"t/", "", tar.TypeDir, ""}, hent{"victim", "", tar.TypeReg, "x"})},
-		{"huge name", 0, hostTar(hent{"t/", "", tar.TypeDir, ""}, hent{"t/" + strings.Repeat("x", 5000), "", tar.TypeReg, "x"})},
-		{"long component", 0, hostTar(hent{"t/", "", tar.TypeDir, ""}, hent{"t/" + long, "", tar.TypeReg, "x"})},
-		{"deep", 0, hostTar(hent{"t/", "", tar.TypeDir, ""}, hent{deep, "", tar.TypeReg, "x"})},
-		{"devices and fifos", 0, hostTar(hent{"t/", "", tar.TypeDir, ""}, hent{"t/fifo", "", tar.TypeFifo, ""}, hent{"t/dev", "", tar.TypeChar, ""})},
-		{"onto a file symlink", 1, hostTar(hent{"t", "", tar.TypeReg, "x"})},
-		{"onto a dir symlink", 2, hostTar(hent{"t/", "", tar.TypeDir, ""}, hent{"t/x", "", tar.TypeReg, "x"})},
-		{"symlink onto a dir symlink", 2, hostTar(hent{"t", "/", tar.TypeSymlink, ""})},
-		{"into host symlinks", 3, hostTar(hent{"t/", "", tar.TypeDir, ""}, hent{"t/sub/x", "", tar.TypeReg, "x"}, hent{"t/up/victim", "", tar.TypeReg, "x"}, hent{"t/f", "", tar.TypeReg, "x"})},
-		{"onto a fifo", 4, hostTar(hent{"t", "", tar.TypeReg, "x"})},
-		{"onto a relative symlink", 5, hostTar(hent{"t/", "", tar.TypeDir, ""}, hent{"t/x", "", tar.TypeReg, "x"})},
+		{"dotdot", 0, hostTar(hent("t/", "", tar.TypeDir, ""), hent("t/../../victim", "", tar.TypeReg, "x"))},
+		{"dotdot top", 0, hostTar(hent("../", "", tar.TypeDir, ""), hent("../../victim", "", tar.TypeReg, "x"), hent("../x/../../victim", "", tar.TypeReg, "x"))},
+		{"absolute", 0, hostTar(hent("/t/", "", tar.TypeDir, ""), hent("/t/abs", "", tar.TypeReg, "x"), hent("//t/../t/victim", "", tar.TypeReg, "x"))},
+		{"symlink then file through it", 0, hostTar(hent("t/", "", tar.TypeDir, ""), hent("t/l", "../victimdir", tar.TypeSymlink, ""), hent("t/l/x", "", tar.TypeReg, "x"))},
+		{"absolute symlink then file through it", 0, hostTar(hent("t/", "", tar.TypeDir, ""), hent("t/l", "/", tar.TypeSymlink, ""), hent("t/l/tmp/x", "", tar.TypeReg, "x"))},
+		{"symlink then file over it", 0, hostTar(hent("t/", "", tar.TypeDir, ""), hent("t/l", "../victim", tar.TypeSymlink, ""), hent("t/l", "", tar.TypeReg, "x"))},
+		{"symlink then dir through it", 0, hostTar(hent("t/", "", tar.TypeDir, ""), hent("t/l", "../victimdir", tar.TypeSymlink, ""), hent("t/l/d/", "", tar.TypeDir, ""))},
+		{"hardlink out", 0, hostTar(hent("t/", "", tar.TypeDir, ""), hent("t/h", "../victim", tar.TypeLink, ""), hent("t/h", "", tar.TypeReg, "x"))},
+		{"hardlink absolute", 0, hostTar(hent("t/", "", tar.TypeDir, ""), hent("t/h", "/etc/passwd", tar.TypeLink, ""))},
+		{"duplicate top dir", 0, hostTar(hent("t/", "", tar.TypeDir, ""), hent("t/", "", tar.TypeDir, ""))},
+		{"duplicate top file", 0, hostTar(hent("t", "", tar.TypeReg, "a"), hent("t", "", tar.TypeReg, "b"))},
+		{"file then under it", 0, hostTar(hent("t", "", tar.TypeReg, "a"), hent("t/x", "", tar.TypeReg, "b"))},
+		{"top symlink then under it", 0, hostTar(hent("t", "victimdir", tar.TypeSymlink, ""), hent("t/x", "", tar.TypeReg, "b"))},
+		{"not under the top", 0, hostTar(hent("t/", "", tar.TypeDir, ""), hent("victim", "", tar.TypeReg, "x"))},
+		{"huge name", 0, hostTar(hent("t/", "", tar.TypeDir, ""), hent("t/"+strings.Repeat("x", 5000), "", tar.TypeReg, "x"))},
+		{"long component", 0, hostTar(hent("t/", "", tar.TypeDir, ""), hent("t/"+long, "", tar.TypeReg, "x"))},
+		{"deep", 0, hostTar(hent("t/", "", tar.TypeDir, ""), hent(deep, "", tar.TypeReg, "x"))},
+		{"devices and fifos", 0, hostTar(hent("t/", "", tar.TypeDir, ""), hent("t/fifo", "", tar.TypeFifo, ""), hent("t/dev", "", tar.TypeChar, ""))},
+		{"onto a file symlink", 1, hostTar(hent("t", "", tar.TypeReg, "x"))},
+		{"onto a dir symlink", 2, hostTar(hent("t/", "", tar.TypeDir, ""), hent("t/x", "", tar.TypeReg, "x"))},
+		{"symlink onto a dir symlink", 2, hostTar(hent("t", "/", tar.TypeSymlink, ""))},
+		{"into host symlinks", 3, hostTar(hent("t/", "", tar.TypeDir, ""), hent("t/sub/x", "", tar.TypeReg, "x"), hent("t/up/victim", "", tar.TypeReg, "x"), hent("t/f", "", tar.TypeReg, "x"))},
+		{"onto a fifo", 4, hostTar(hent("t", "", tar.TypeReg, "x"))},
+		{"onto a relative symlink", 5, hostTar(hent("t/", "", tar.TypeDir, ""), hent("t/x", "", tar.TypeReg, "x"))},
 		{"sparse bomb", 0, sparseBomb("t")},
 		{"sparse bomb inside", 0, sparseBomb("t/s", tarBlock("t/", '5', 0))},
 		{"old GNU sparse", 0, append(append(tarBlock("t/", '5', 0), tarBlock("t/s", 'S', 0)...), make([]byte, 1024)...)},
@@ -246,7 +199,7 @@ func TestExtractIntoHostile(t *testing.T) {
 	for pre := byte(1); pre < 6; pre++ {
 		x := newExtractFixture(t)
 		x.plant(t, pre)
-		p := filepath.Join(x.parent, "target")
+		p := filepath.Join(x.Parent, "target")
 		switch pre {
 		case 1:
 		case 3:
@@ -257,10 +210,10 @@ func TestExtractIntoHostile(t *testing.T) {
 			p = filepath.Join(p, "probe")
 		}
 		must(t, os.WriteFile(p, []byte("probe"), 0o600))
-		if ents, _ := os.ReadDir(x.victimDir); pre != 1 && len(ents) != 1 {
+		if ents, _ := os.ReadDir(x.Dir); pre != 1 && len(ents) != 1 {
 			t.Errorf("control %d: the write did not reach the victim directory", pre)
 		}
-		if b, _ := os.ReadFile(x.victim); pre == 1 && string(b) != "probe" {
+		if b, _ := os.ReadFile(x.File); pre == 1 && string(b) != "probe" {
 			t.Errorf("control 1: the write did not reach the victim: %q", b)
 		}
 	}
@@ -287,7 +240,7 @@ func TestExtractIntoHostile(t *testing.T) {
 			if err != nil && c.pre != 0 && c.pre != 3 && !strings.Contains(err.Error(), "symlink") && c.pre != 4 {
 				t.Errorf("the error does not name the symlink: %v", err)
 			}
-			x.check(t)
+			x.Check(t)
 		})
 	}
 	// What the hostile archives that succeed leave.
@@ -298,16 +251,16 @@ func TestExtractIntoHostile(t *testing.T) {
 		switch a.name {
 		case "absolute":
 			must(t, hostExtract(a.tar, x.fd, "target", &warn))
-			if b, err := os.ReadFile(filepath.Join(x.parent, "target", "abs")); err != nil || string(b) != "x" {
+			if b, err := os.ReadFile(filepath.Join(x.Parent, "target", "abs")); err != nil || string(b) != "x" {
 				t.Errorf("absolute: %q %v", b, err)
 			}
-			if b, err := os.ReadFile(filepath.Join(x.parent, "target", "victim")); err != nil || string(b) != "x" {
+			if b, err := os.ReadFile(filepath.Join(x.Parent, "target", "victim")); err != nil || string(b) != "x" {
 				t.Errorf("absolute: %q %v", b, err)
 			}
 		case "symlink then file over it", "hardlink out", "devices and fifos":
-			os.RemoveAll(filepath.Join(x.parent, "target"))
+			os.RemoveAll(filepath.Join(x.Parent, "target"))
 			must(t, hostExtract(a.tar, x.fd, "target", &warn))
-			ents, _ := os.ReadDir(filepath.Join(x.parent, "target"))
+			ents, _ := os.ReadDir(filepath.Join(x.Parent, "target"))
 			var names []string
 			for _, e := range ents {
 				names = append(names, e.Name()+":"+e.Type().String())
@@ -318,7 +271,7 @@ func TestExtractIntoHostile(t *testing.T) {
 			}
 		}
 	}
-	x.check(t)
+	x.Check(t)
 	if !strings.Contains(warn.String(), "h: type '1' is not copied") || !strings.Contains(warn.String(), "fifo: type '6' is not copied") {
 		t.Errorf("warnings: %q", warn.String())
 	}
@@ -329,25 +282,25 @@ func TestExtractIntoHostile(t *testing.T) {
 // place (its mode kept).
 func TestExtractIntoMerge(t *testing.T) {
 	x := newExtractFixture(t)
-	target := filepath.Join(x.parent, "target")
+	target := filepath.Join(x.Parent, "target")
 	must(t, os.MkdirAll(filepath.Join(target, "keep"), 0o755))
 	must(t, os.WriteFile(filepath.Join(target, "a"), []byte("old"), 0o600))
-	a := hostTar(hent{"t/", "", tar.TypeDir, ""}, hent{"t/a", "", tar.TypeReg, "new"}, hent{"t/keep/", "", tar.TypeDir, ""}, hent{"t/keep/b", "", tar.TypeReg, "b"}, hent{"t/l", "a", tar.TypeSymlink, ""})
+	a := hostTar(hent("t/", "", tar.TypeDir, ""), hent("t/a", "", tar.TypeReg, "new"), hent("t/keep/", "", tar.TypeDir, ""), hent("t/keep/b", "", tar.TypeReg, "b"), hent("t/l", "a", tar.TypeSymlink, ""))
 	must(t, hostExtract(a, x.fd, "target", nil))
 	for p, want := range map[string]string{"a": "new", "keep/b": "b", "l": "new"} {
 		if b, err := os.ReadFile(filepath.Join(target, p)); err != nil || string(b) != want {
 			t.Errorf("%s: %q %v", p, b, err)
 		}
 	}
-	must(t, os.WriteFile(filepath.Join(x.parent, "file"), []byte("a longer old content"), 0o640))
-	must(t, hostExtract(hostTar(hent{"f", "", tar.TypeReg, "short"}), x.fd, "file", nil))
-	b, _ := os.ReadFile(filepath.Join(x.parent, "file"))
-	st, _ := os.Stat(filepath.Join(x.parent, "file"))
+	must(t, os.WriteFile(filepath.Join(x.Parent, "file"), []byte("a longer old content"), 0o640))
+	must(t, hostExtract(hostTar(hent("f", "", tar.TypeReg, "short")), x.fd, "file", nil))
+	b, _ := os.ReadFile(filepath.Join(x.Parent, "file"))
+	st, _ := os.Stat(filepath.Join(x.Parent, "file"))
 	if string(b) != "short" || st.Mode() != 0o640 {
 		t.Errorf("overwritten file: %q %v", b, st.Mode())
 	}
-	os.Remove(filepath.Join(x.parent, "file"))
-	x.check(t)
+	os.Remove(filepath.Join(x.Parent, "file"))
+	x.Check(t)
 }
 
 // FuzzExtractInto: whatever the archive and whatever was planted at the
@@ -361,6 +314,6 @@ func FuzzExtractInto(f *testing.F) {
 		x := newExtractFixture(t)
 		x.plant(t, pre)
 		_ = hostExtract(archive, x.fd, "target", nil)
-		x.check(t)
+		x.Check(t)
 	})
 }
