@@ -177,6 +177,11 @@ type Setup struct {
 	// EtcLayer is the host directory stacked over the host's /etc
 	// (identity files, whiteouts of secrets), prepared by the host.
 	EtcLayer string `json:"etc_layer,omitempty"`
+	// LocaleLayer, with HostSystem, is a host directory holding a locale
+	// archive of the host's compiled locales, stacked read-only over the
+	// host's /usr/lib/locale ("": none; the host has an archive of its
+	// own or could not build one).
+	LocaleLayer string `json:"locale_layer,omitempty"`
 	// Seccomp is the assembled seccomp-BPF program, 8 bytes per
 	// instruction in the kernel's sock_filter layout (native endian).
 	Seccomp []byte `json:"seccomp"`

@@ -318,6 +318,7 @@ func (b *build) sendSetup(conn *guest.Conn) error {
 	setup := &guest.Setup{
 		Hostname:        b.hostname,
 		EtcLayer:        prov.etcLayer,
+		LocaleLayer:     prov.localeLayer,
 		HostSystem:      b.root.Host,
 		Seccomp:         prov.seccomp,
 		DiskBytes:       b.limits.DiskBytes,

@@ -31,12 +31,14 @@
 //
 // The root is built in this order (buildRoot): the layers and the scratch
 // tmpfs are attached on a staging tmpfs, the overlay is mounted, then
-// read-only binds of the host's system directories and the /etc overlay
-// (host template), /dev (with /dev/shm on the scratch tmpfs), the masked
-// /proc, the host's trees at their targets (attachTrees, parents first,
-// each target resolved beneath the root without symlinks), then the spec's
-// restrictions (applyRestrictions: hide, read-only and pin mounts that
-// narrow the view inside those trees, which Landlock cannot do). Only then
+// read-only binds of the host's system directories, the /etc overlay and,
+// on a host without a locale archive, the /usr/lib/locale overlay that
+// adds one (host template; localelayer_linux.go), /dev (with /dev/shm on
+// the scratch tmpfs), the masked /proc, the host's trees at their targets
+// (attachTrees, parents first, each target resolved beneath the root
+// without symlinks), then the spec's restrictions (applyRestrictions:
+// hide, read-only and pin mounts that narrow the view inside those trees,
+// which Landlock cannot do). Only then
 // is the root pivoted into (the staging tmpfs goes with the old root), and
 // the init hardened (capabilities, no_new_privs, Landlock, seccomp), so
 // that everything is in place before the first sandbox process runs.
@@ -66,7 +68,7 @@
 // guest's agent):
 //
 //	init_linux.go          Main: receive the setup, join the cgroup, build, harden, report ready
-//	rootfs_linux.go        buildRoot: layers, overlay, /etc, /dev, /proc, host trees, pivot_root
+//	rootfs_linux.go        buildRoot: layers, overlay, /etc, locale, /dev, /proc, host trees, pivot_root
 //	restrict_linux.go      applyRestrictions: hide, read-only and pin mounts
 //	harden_linux.go        harden: hostname, loopback, capabilities, no_new_privs, Landlock, seccomp
 //	landlock_linux.go      the Landlock ruleset, enforced thread by thread
@@ -81,7 +83,7 @@
 //	enforcement_linux.go  the enforcement report and the protections it lists
 //	sandbox_linux.go      the sandbox's handle: the control socket's read loop, Shutdown
 //	exec_linux.go, files_linux.go, capture_linux.go, netns_linux.go: what a live sandbox does
-//	hostmount_linux.go, layers_linux.go, etclayer_linux.go, cgroup_linux.go, cgroupstats_linux.go,
+//	hostmount_linux.go, layers_linux.go, etclayer_linux.go, localelayer_linux.go, cgroup_linux.go, cgroupstats_linux.go,
 //	callcgroup_linux.go, uidslot_linux.go, child_linux.go, spawner_linux.go, probe_linux.go: host resources
 //	restrict_linux.go     the host's checks of restrictions, and their wire form
 //

@@ -133,9 +133,10 @@ func buildOnce(parent, name string, build func(dir string) error) (string, error
 	return dir, nil
 }
 
-// Layer leases. The layers under stateDir/etc and stateDir/layers are
-// keyed by content, and that content includes the sandbox's hostname, so
-// each distinct hostname adds one. A sandbox holds a shared flock on each
+// Layer leases. The layers under stateDir/etc, stateDir/layers and
+// stateDir/locale are keyed by content, and that content includes the
+// sandbox's hostname (but the locale layer's), so each distinct hostname
+// adds one. A sandbox holds a shared flock on each
 // layer it uses (an open descriptor of the layer's directory) until it
 // ends; a layer is removed only by whoever takes the lock exclusively,
 // which succeeds only when no sandbox, of any moat on the host, uses it.
@@ -146,25 +147,27 @@ func buildOnce(parent, name string, build func(dir string) error) (string, error
 // never removed under a sandbox and never used half-removed.
 
 // layerDirs are the directories of stateDir that hold collectable layers.
-var layerDirs = []string{"etc", "layers"}
+var layerDirs = []string{"etc", "layers", localeLayerDir}
 
-// leasedKinds are the name prefixes of layers (etc<version>-…,
-// host<version>-…, tmpl<version>-…).
-var leasedKinds = []string{"etc", "host", "tmpl"}
+// leasedSince maps the name prefix of each kind of layer (etc<version>-…,
+// host<version>-…, tmpl<version>-…, locale<version>-…) to the first of its
+// versions that every user leases.
+var leasedSince = map[string]int{"etc": 2, "host": 2, "tmpl": 2, "locale": 1}
 
 // leased says whether a layer named name is one that every user leases:
-// version 2 or later. An older moat uses its layers (named differently)
-// without a lease, so those are never collected here: they stay until
-// the operator removes them (or a reboot, where /run is a tmpfs).
+// of a version leasedSince lists or later. An older moat uses its layers
+// (named differently) without a lease, so those are never collected here:
+// they stay until the operator removes them (or a reboot, where /run is a
+// tmpfs).
 func leased(name string) bool {
-	for _, k := range leasedKinds {
+	for k, since := range leasedSince {
 		rest, ok := strings.CutPrefix(name, k)
 		if !ok {
 			continue
 		}
 		v, _, ok := strings.Cut(rest, "-")
 		n, err := strconv.Atoi(v)
-		return ok && err == nil && n >= 2 && strconv.Itoa(n) == v
+		return ok && err == nil && n >= since && strconv.Itoa(n) == v
 	}
 	return false
 }

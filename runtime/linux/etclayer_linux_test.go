@@ -111,6 +111,7 @@ func TestLeasedLayerNames(t *testing.T) {
 		"etc2-0123abcd": true, "host2-ab": true, "tmpl2-ab": true, "etc10-ab": true,
 		"0123abcd": false, "host-ab": false, "tmpl-ab": false, "etc1-ab": false,
 		"etc02-ab": false, "etc2": false, ".dead-etc2-ab-x": false, "other2-ab": false,
+		"locale1-ab": true, "locale2-ab": true, "locale0-ab": false, "locale-ab": false,
 	} {
 		if got := leased(name); got != want {
 			t.Errorf("leased(%q) = %v, want %v", name, got, want)

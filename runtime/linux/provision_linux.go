@@ -18,8 +18,11 @@ type provisioned struct {
 	seccomp   []byte
 	etcLayer  string
 	baseLayer string
-	leases    []*layerLease // on etcLayer and baseLayer, held while the sandbox lives
-	scratch   *os.File
+	// localeLayer is the locale archive stacked over the host's
+	// /usr/lib/locale (host template; "" for none, see leaseLocaleLayer).
+	localeLayer string
+	leases      []*layerLease // on etcLayer, baseLayer and localeLayer, held while the sandbox lives
+	scratch     *os.File
 	// templateUserns idmaps the template's layer when its user is not the
 	// sandbox user (see templateUser); -1 otherwise.
 	templateUserns int
@@ -74,7 +77,7 @@ type provisionRequest struct {
 
 // provision creates the sandbox's cgroup (and, on v1, opens the files the
 // init joins it through), assembles the seccomp program, finds or builds
-// the /etc and base layers and creates the scratch tmpfs: the parts of a
+// the /etc, locale and base layers and creates the scratch tmpfs: the parts of a
 // sandbox that do not depend on its init, made while the init starts. On
 // error the result holds what was made so far, for rollback.
 func (r *Runtime) provision(q provisionRequest) *provisioned {
@@ -111,6 +114,9 @@ func (r *Runtime) provision(q provisionRequest) *provisioned {
 			return fail("etc layer", err)
 		}
 		p.etcLayer, p.leases = l.path, append(p.leases, l)
+		if l := r.leaseLocaleLayer(); l != nil {
+			p.localeLayer, p.leases = l.path, append(p.leases, l)
+		}
 	}
 	var tu *templateUser
 	if !q.root.Host {

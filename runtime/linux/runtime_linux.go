@@ -82,6 +82,7 @@ type Runtime struct {
 	cgroups     *cgroupLayout
 	seccompOnce sync.Once
 	seccompSum  string
+	locale      localeState // the locale layer's failed inputs (localelayer_linux.go)
 	sweeping    atomic.Bool
 	sweeps      sync.WaitGroup
 

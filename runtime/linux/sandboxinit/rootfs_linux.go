@@ -27,6 +27,11 @@ func SystemDirs() []string {
 	return []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
 }
 
+// LocaleDir is glibc's directory of compiled locales, where it looks for
+// its locale archive (LocaleDir/locale-archive). The host's locale layer
+// (guest.Setup.LocaleLayer) is stacked over it.
+const LocaleDir = "/usr/lib/locale"
+
 // procMaskedFiles read as empty inside the sandbox; procMaskedDirs appear
 // empty; procReadOnly are read-only. The lists follow runc's defaults.
 var (
@@ -95,6 +100,9 @@ func buildRoot(s *guest.Setup, fds guest.SetupFDs) (*guest.RestrictReport, error
 			}
 		}
 		if err := buildEtc(root, s); err != nil {
+			return nil, err
+		}
+		if err := buildLocale(root, s.LocaleLayer); err != nil {
 			return nil, err
 		}
 	}
@@ -218,6 +226,25 @@ func buildEtc(root string, s *guest.Setup) error {
 	err := unix.Mount("overlay", dst, "overlay", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV,
 		"lowerdir="+s.EtcLayer+":/etc")
 	return stageErr("mount /etc overlay", err)
+}
+
+// buildLocale mounts a read-only overlay of the host's LocaleDir under the
+// layer the host prepared (localeLayer: a locale archive of the host's
+// compiled locales), so that glibc maps one archive instead of opening a
+// file per locale category at each program's start; every entry of the
+// host's directory stays visible. Without a layer ("") it does nothing.
+//
+// Preconditions: the host's system directories are bound on root.
+func buildLocale(root, layer string) error {
+	if layer == "" {
+		return nil
+	}
+	if strings.ContainsAny(layer, ":,\\") {
+		return stageErr("mount "+LocaleDir+" overlay", fmt.Errorf("layer path %q is not a plain overlay lower directory", layer))
+	}
+	err := unix.Mount("overlay", root+LocaleDir, "overlay", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV,
+		"lowerdir="+layer+":"+LocaleDir)
+	return stageErr("mount "+LocaleDir+" overlay", err)
 }
 
 // buildDev populates a minimal /dev: a few host device nodes, a private
