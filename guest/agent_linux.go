@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -32,6 +31,9 @@ type Agent struct {
 	procs  map[int]uint64
 	ids    map[uint64]int
 	relays map[uint64]*procRelay // processes started with Exec.Streams
+	// forked wakes the reaper, idle while the agent has no child, after
+	// a fork (buffered: a wake-up is never lost).
+	forked chan struct{}
 	done   chan struct{}
 	once   sync.Once
 }
@@ -39,7 +41,7 @@ type Agent struct {
 // NewAgent returns an agent for a sandbox built from s.
 func NewAgent(conn *Conn, s *Setup) *Agent {
 	return &Agent{conn: conn, setup: s, procs: map[int]uint64{}, ids: map[uint64]int{}, relays: map[uint64]*procRelay{},
-		done: make(chan struct{}), homeFD: -1}
+		forked: make(chan struct{}, 1), done: make(chan struct{}), homeFD: -1}
 }
 
 // SetCallCgroupHome gives the agent the "tasks" file of the sandbox's own
@@ -62,13 +64,7 @@ func (a *Agent) SetThreadHardening(f func() error) { a.hardenThread = f }
 // has locked it to its OS thread decides which thread's credentials and
 // capability sets they inherit.
 func (a *Agent) Serve() error {
-	sigch := make(chan os.Signal, 16)
-	signal.Notify(sigch, unix.SIGCHLD)
-	go func() {
-		for range sigch {
-			a.reap()
-		}
-	}()
+	go a.reapLoop()
 	go func() {
 		<-a.done
 		a.conn.Close() // ends readLoop's Recv
@@ -218,6 +214,12 @@ func (a *Agent) start(id uint64, e *Exec, fds []int) {
 		return
 	}
 	pid, err := a.forkIn(callFD, path, e.Args, attr)
+	if err == nil {
+		select {
+		case a.forked <- struct{}{}:
+		default: // a wake-up is pending already
+		}
+	}
 	if cerr := unix.Chdir("/"); cerr != nil && err == nil {
 		err = cerr
 	}
@@ -348,18 +350,30 @@ func (a *Agent) signal(id uint64, sig int) {
 	_ = unix.Kill(pid, unix.Signal(sig))
 }
 
-// reap collects every exited child; exits of processes the host started
-// are reported, orphans re-parented to pid 1 are just collected.
-func (a *Agent) reap() {
+// reapLoop collects every exited child; exits of processes the host
+// started are reported, orphans re-parented to pid 1 are just collected.
+// It waits in a blocking wait4, which the kernel wakes as soon as a child
+// has exited (a SIGCHLD handler would first pass the signal through the
+// runtime's signal goroutine, two more wake-ups on the path of every
+// exit). With no child left (ECHILD) it sleeps until the next fork: an
+// orphan is re-parented to pid 1 before the exit of its parent, a child,
+// can be collected, so no process of the sandbox is missed. It returns
+// once the agent is done.
+func (a *Agent) reapLoop() {
 	for {
 		var ws unix.WaitStatus
 		var ru unix.Rusage
-		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, &ru)
+		pid, err := unix.Wait4(-1, &ws, 0, &ru)
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil || pid <= 0 {
-			return
+			select {
+			case <-a.forked:
+				continue
+			case <-a.done:
+				return
+			}
 		}
 		a.mu.Lock()
 		id, ok := a.procs[pid]

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 
@@ -104,13 +103,34 @@ func (c *sandboxCgroup) removeEmpty() bool {
 	return ok
 }
 
-// readCgroupFile reads one cgroup file (a few hundred bytes at most).
+// readCgroupFile reads one cgroup file (a few hundred bytes at most)
+// with plain system calls: os.ReadFile would register the descriptor with
+// the runtime's poller (cgroup files can be polled), four more system
+// calls on the path of every exec.
 func readCgroupFile(dir, name string) ([]byte, error) {
-	b, err := os.ReadFile(filepath.Join(dir, name))
+	path := filepath.Join(dir, name)
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("cgroup: %w", err)
+		return nil, fmt.Errorf("cgroup: open %s: %w", path, err)
 	}
-	return b, nil
+	defer unix.Close(fd)
+	b := make([]byte, 0, 512)
+	for {
+		n, err := unix.Read(fd, b[len(b):cap(b)])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("cgroup: read %s: %w", path, err)
+		}
+		if n == 0 {
+			return b, nil
+		}
+		b = b[:len(b)+n]
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+	}
 }
 
 // readCgroupUint reads a cgroup file holding one unsigned number.

@@ -496,7 +496,7 @@ func (c *call) result() (*sandbox.Result, error) {
 		res.TimeToFirstOutputMs = time.Duration(f).Milliseconds()
 	}
 	c.collectOutput(res)
-	u := s.cg.usage()
+	u := c.accounting()
 	// The OOM kills of the call: the memory cgroup's count (memory.events
 	// on v2, memory.oom_control's oom_kill on v1) since the call began.
 	// The memory cgroup is the sandbox's (call cgroups exist in the pids
@@ -556,6 +556,29 @@ func (c *call) result() (*sandbox.Result, error) {
 	}
 	return res, nil
 }
+
+// accounting reads what result needs of the sandbox's cgroup. A one-shot
+// sandbox is the call, so its whole usage is the call's; in a long-lived
+// one the call's CPU time and peak memory come from the agent's rusage of
+// the process (the cgroup's figures cover every call and the init), and
+// only the OOM-kill count is read: one cgroup file per call, not three.
+func (c *call) accounting() usage {
+	if c.s.oneShot {
+		return c.s.cg.usage()
+	}
+	var u usage
+	u.statsErr = errNotRead
+	if c.s.cg == nil {
+		u.oomError = errNoCgroup
+		return u
+	}
+	u.oomKills, u.oomError = c.s.cg.oomKillCount()
+	return u
+}
+
+// errNotRead marks usage figures a long-lived sandbox's call does not
+// read (accounting).
+var errNotRead = errors.New("cgroup usage not read for a call of a long-lived sandbox")
 
 // collectOutput fills the result's stream fields.
 func (c *call) collectOutput(res *sandbox.Result) {
