@@ -1,7 +1,6 @@
 package fstree
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/moat-sandbox/moat/internal/hosttest"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,23 +24,7 @@ func hostWrite(w io.Writer, dirfd int, name, entry string, warn io.Writer) error
 	return err
 }
 
-// readTar lists a tar stream's entries as "name type [link] [content]".
-func readTar(t *testing.T, r io.Reader) []string {
-	var got []string
-	tr := tar.NewReader(r)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return got
-		}
-		if err != nil {
-			t.Errorf("tar: %v", err)
-			return got
-		}
-		b, _ := io.ReadAll(tr)
-		got = append(got, strings.TrimSpace(h.Name+" "+string(h.Typeflag)+" "+h.Linkname+" "+string(b)))
-	}
-}
+var readTar = hosttest.ReadTar
 
 // TestWriteTarNoFollow: a host tree travels with its symlinks as
 // symlinks; FIFOs and sockets are skipped (never opened, so nothing

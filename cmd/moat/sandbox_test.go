@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/api"
+	"github.com/moat-sandbox/moat/internal/hosttest"
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
@@ -268,22 +269,7 @@ func makeTar(entries ...tarEntry) []byte {
 	return buf.Bytes()
 }
 
-func readTar(t *testing.T, r io.Reader) []string {
-	var got []string
-	tr := tar.NewReader(r)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return got
-		}
-		if err != nil {
-			t.Errorf("tar: %v", err)
-			return got
-		}
-		b, _ := io.ReadAll(tr)
-		got = append(got, strings.TrimSpace(h.Name+" "+string(h.Typeflag)+" "+h.Linkname+" "+string(b)))
-	}
-}
+var readTar = hosttest.ReadTar
 
 func TestSandboxCLICopy(t *testing.T) {
 	mux := fakeDaemon(t)

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -95,4 +96,23 @@ func Tar(entries ...Entry) []byte {
 // E is an Entry.
 func E(name, link string, typ byte, body string) Entry {
 	return Entry{Name: name, Link: link, Type: typ, Body: body}
+}
+
+// ReadTar lists a tar stream's entries as "name type [link] [content]".
+func ReadTar(t testing.TB, r io.Reader) []string {
+	t.Helper()
+	var got []string
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return got
+		}
+		if err != nil {
+			t.Errorf("tar: %v", err)
+			return got
+		}
+		b, _ := io.ReadAll(tr)
+		got = append(got, strings.TrimSpace(h.Name+" "+string(h.Typeflag)+" "+h.Linkname+" "+string(b)))
+	}
 }
