@@ -324,6 +324,9 @@ const (
 	// EventSandbox carries the sandbox a streamed sandbox.create with an
 	// exec made: the stream's first event, before the exec's.
 	EventSandbox = "sandbox"
+	// EventWorkflow carries one event of a workflow run (workflow.events);
+	// its seq is the run event's own.
+	EventWorkflow = "workflow"
 )
 
 // Event is one element of a stream (NDJSON line over HTTP, a
@@ -345,6 +348,9 @@ type Event struct {
 	Approval *Approval `json:"approval,omitempty"`
 	// Sandbox is the sandbox of a sandbox event.
 	Sandbox *Sandbox `json:"sandbox,omitempty"`
+	// Workflow is the workflow event of a workflow.events stream (type
+	// "workflow").
+	Workflow *WorkflowEvent `json:"workflow,omitempty"`
 }
 
 // SetOutput puts p in Text when it is valid UTF-8, else in Data.

@@ -74,6 +74,13 @@ const (
 	OpApprovalList   = "approvals.list"
 	OpApprovalGet    = "approvals.get"
 	OpApprovalAnswer = "approvals.answer"
+	OpWorkflowCreate = "workflow.create"
+	OpWorkflowList   = "workflow.list"
+	OpWorkflowGet    = "workflow.get"
+	OpWorkflowEvents = "workflow.events"
+	OpWorkflowCancel = "workflow.cancel"
+	OpWorkflowResume = "workflow.resume"
+	OpWorkflowAdd    = "workflow.add_step"
 
 	// NotifyEvent is the JSON-RPC notification that carries a stream's
 	// events (also the approval events of a waiting exec and of
@@ -123,6 +130,13 @@ var Ops = []Op{
 	{OpApprovalList, "GET", "/v1/approvals", BodyNone, BodyJSON, "List the caller's approvals; with follow=true an NDJSON stream of approval events.", ListApprovals{}, ApprovalList{}},
 	{OpApprovalGet, "GET", "/v1/approvals/{id}", BodyNone, BodyJSON, "Describe one approval.", ApprovalRef{}, Approval{}},
 	{OpApprovalAnswer, "POST", "/v1/approvals/{id}", BodyJSON, BodyJSON, "Allow (once or always) or deny a pending approval (approver tokens only).", AnswerApproval{}, Approval{}},
+	{OpWorkflowCreate, "POST", "/v1/workflows", BodyJSON, BodyJSON, "Validate a workflow document and start a run of it; answers the run.", CreateWorkflow{}, WorkflowRun{}},
+	{OpWorkflowList, "GET", "/v1/workflows", BodyNone, BodyJSON, "List the caller's workflow runs, newest first.", ListWorkflows{}, WorkflowList{}},
+	{OpWorkflowGet, "GET", "/v1/workflows/{run}", BodyNone, BodyJSON, "Describe one run: its steps, attempts, snapshots and artifacts.", WorkflowRef{}, WorkflowRun{}},
+	{OpWorkflowEvents, "GET", "/v1/workflows/{run}/events", BodyNone, BodyStream, "Stream a run's events from a sequence number; follow=true waits for the run's end.", WorkflowEvents{}, WorkflowRun{}},
+	{OpWorkflowCancel, "POST", "/v1/workflows/{run}/cancel", BodyJSON, BodyJSON, "Cancel a run: running steps are killed, waiting ones never start.", WorkflowRef{}, WorkflowRun{}},
+	{OpWorkflowResume, "POST", "/v1/workflows/{run}/resume", BodyJSON, BodyJSON, "Run a failed or cancelled run again from a step, keeping the steps before it.", ResumeWorkflow{}, WorkflowRun{}},
+	{OpWorkflowAdd, "POST", "/v1/workflows/{run}/steps", BodyJSON, BodyJSON, "Add a step to a running concurrent group of a run.", AddWorkflowStep{}, WorkflowRun{}},
 }
 
 // Lookup returns the operation named name.

@@ -14,7 +14,7 @@ func TestOperationsTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	row := regexp.MustCompile("(?m)^\\| `([a-z]+\\.[a-z]+)` \\| `([A-Z]+) ([^`]+)` \\|")
+	row := regexp.MustCompile("(?m)^\\| `([a-z]+\\.[a-z_]+)` \\| `([A-Z]+) ([^`]+)` \\|")
 	sec := regexp.MustCompile(`(?s)\n## Operations\n(.*?)\n## `).FindSubmatch(b)
 	if sec == nil {
 		t.Fatal("docs/API.md has no ## Operations section")

@@ -9,6 +9,7 @@
 #   ROOTFS_ARGS="--rounds 50" bash bench/run.sh  # bench/rootfs flags (or skip)
 #   DENSITY_ARGS="--levels 1,10,100" bash bench/run.sh  # bench/density flags (or skip)
 #   DAEMON_ARGS="--rounds 2" bash bench/run.sh   # bench/daemon flags (or skip)
+#   WORKFLOW_ARGS="--rounds 10 --fair-runs 1" bash bench/run.sh  # bench/workflow flags (or skip)
 #
 # Every benchmark NAME takes its flags from $NAME_ARGS (upper case;
 # "skip" skips it), bench/startup's also from the command line. The
@@ -25,8 +26,10 @@
 # interactive, exec round trip, soak), bench/daemon (output floods, durable
 # exec throughput and an auth flood, against the daemon before issue 17,
 # which it builds from git archive), bench/rootfs (warm pool, templates,
-# snapshots, forks) and bench/density (live sandboxes, memory, scaling),
-# and last bench/report, which writes docs/PERFORMANCE.md, its plots in
+# snapshots, forks), bench/density (live sandboxes, memory, scaling) and
+# bench/workflow (a chain of steps from snapshots and a retry from a
+# snapshot against one cold create, CPU fairness under a budget), and
+# last bench/report, which writes docs/PERFORMANCE.md, its plots in
 # docs/perf/ and bench/results/summary.json from those results. Exits
 # non-zero when a run of a system failed, never because a figure is slow.
 set -euo pipefail
@@ -112,7 +115,8 @@ for step in \
 	"controlplane|moat serve: time to interactive, exec round trip, soak" \
 	"daemon|moat serve under output floods, durable exec throughput and an auth flood, new against the daemon before issue 17" \
 	"rootfs|warm pool claim, cold create host vs OCI template, snapshot, fork" \
-	"density|live idle sandboxes, memory per sandbox, start latency as they grow"; do
+	"density|live idle sandboxes, memory per sandbox, start latency as they grow" \
+	"workflow|workflows: a chain from snapshots and a retry against a cold create, fairness under a budget"; do
 	name=${step%%|*}
 	flags=$(args "$name")
 	if [[ $flags == skip ]]; then

@@ -1,6 +1,9 @@
 package sandbox
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // The optional abilities of a runtime or a sandbox. A control plane finds
 // them with a type assertion on the Runtime or Sandbox it holds and does
@@ -63,4 +66,30 @@ type EarlyCreator interface {
 	// and may be called more than once; after an error the caller shuts
 	// the sandbox down. On error nothing of the sandbox is left.
 	CreateEarly(ctx context.Context, spec *Spec) (sb Sandbox, ready func(context.Context) error, err error)
+}
+
+// Budgeter is a runtime that can make budgets: one parent cgroup with
+// limits of its own (CPUs, memory, pids) that sandboxes created with its
+// id in Spec.Budget run inside, so that together they never exceed it and
+// share it by their Limits.CPUWeight (a workflow's parallel group).
+//
+// Implemented by runtime/linux. Without it a control plane refuses a
+// budget (ErrUnsupported) rather than run the sandboxes unbounded.
+type Budgeter interface {
+	// NewBudget makes budget id (a name of letters, digits, '-' and '_',
+	// unique among the runtime's live budgets). Zero fields of l are
+	// unlimited.
+	NewBudget(id string, l Limits) (Budget, error)
+}
+
+// Budget is a live budget of a Budgeter.
+type Budget interface {
+	// ID is the id sandboxes name in Spec.Budget.
+	ID() string
+	// CPUTime is the CPU time used so far by every sandbox that ran in
+	// the budget.
+	CPUTime() (time.Duration, error)
+	// Close removes the budget. It fails (ErrBusy) while a sandbox of it
+	// still lives.
+	Close() error
 }

@@ -86,6 +86,8 @@ var (
 	ErrClosed = errors.New("sandbox is shut down")
 	// ErrExited: the process has already ended.
 	ErrExited = errors.New("process has exited")
+	// ErrBusy: the resource is still in use (a budget with live sandboxes).
+	ErrBusy = errors.New("resource busy")
 )
 
 // SetupError is a failure to build the sandbox, at a named stage.

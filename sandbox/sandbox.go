@@ -43,6 +43,9 @@ type Spec struct {
 	// Root is the root filesystem; nil means the host template with no
 	// layers of its own (still an overlay with a private upper layer).
 	Root *RootFS `json:"root,omitempty"`
+	// Budget is the id of a live budget of the runtime (Budgeter) that
+	// the sandbox runs inside; "" for none.
+	Budget string `json:"budget,omitempty"`
 }
 
 // RestrictMode says how a Restriction narrows its path.
@@ -106,6 +109,10 @@ type Limits struct {
 	// together: /tmp, the home directory, /dev/shm and an in-memory
 	// workspace share one tmpfs of this size.
 	DiskBytes int64 `json:"disk_bytes,omitempty"`
+	// CPUWeight is the sandbox's share of CPU time against its siblings
+	// when CPU is contended (1-10000, cgroup v2 cpu.weight units; v1
+	// cpu.shares are derived from it); 0 is the default weight (100).
+	CPUWeight int `json:"cpu_weight,omitempty"`
 }
 
 // Or returns l with each zero field taken from def (a template's or an
@@ -122,6 +129,9 @@ func (l Limits) Or(def Limits) Limits {
 	}
 	if l.DiskBytes == 0 {
 		l.DiskBytes = def.DiskBytes
+	}
+	if l.CPUWeight == 0 {
+		l.CPUWeight = def.CPUWeight
 	}
 	return l
 }

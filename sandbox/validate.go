@@ -18,6 +18,11 @@ const (
 	// MaxArgvEnv bounds a process's argv and environment together,
 	// counted as execve counts them: each string's length plus one.
 	MaxArgvEnv = 512 << 10
+	// MaxCPUWeight bounds Limits.CPUWeight (cgroup v2 cpu.weight's
+	// maximum).
+	MaxCPUWeight = 10_000
+	// MaxBudgetID bounds the length of a budget's id (CheckBudgetID).
+	MaxBudgetID = 64
 )
 
 // SystemTrees are the host's kernel trees: never a workspace, a bind
@@ -28,10 +33,10 @@ const (
 var SystemTrees = []string{"/proc", "/sys", "/dev"}
 
 // Validate checks what a Spec names before anything is created: the
-// workspace, the binds, the working directory and the restrictions. Each
-// error wraps ErrInvalidSpec and names the field and the check that
-// failed. A runtime may refuse more (its reserved targets, a source
-// that does not exist).
+// workspace, the binds, the working directory, the restrictions and the
+// budget's id. Each error wraps ErrInvalidSpec and names the field and
+// the check that failed. A runtime may refuse more (its reserved targets,
+// a source that does not exist, a budget it does not have).
 func (s *Spec) Validate() error {
 	if s.Workspace != "" {
 		if err := checkHostPath("workspace", s.Workspace); err != nil {
@@ -66,6 +71,11 @@ func (s *Spec) Validate() error {
 	}
 	for _, r := range s.Restrict {
 		if err := CheckPath("restricted path", r.Path); err != nil {
+			return err
+		}
+	}
+	if s.Budget != "" {
+		if err := CheckBudgetID(s.Budget); err != nil {
 			return err
 		}
 	}
@@ -203,12 +213,12 @@ func Quote(s string, max int) string {
 }
 
 // Validate rejects limits no runtime can enforce as asked: negative ones,
-// and those below what a sandbox needs to start (16 MiB of memory, 8
-// pids, 1 MiB of disk) or below the kernel's minimum CPU quota (0.01). A
-// zero field means the runtime's default.
+// those below what a sandbox needs to start (16 MiB of memory, 8 pids,
+// 1 MiB of disk) or below the kernel's minimum CPU quota (0.01), and a CPU
+// weight outside 1-10000. A zero field means the runtime's default.
 func (l Limits) Validate() error {
 	switch {
-	case l.MemoryBytes < 0 || l.Pids < 0 || l.DiskBytes < 0 || l.CPUs < 0:
+	case l.MemoryBytes < 0 || l.Pids < 0 || l.DiskBytes < 0 || l.CPUs < 0 || l.CPUWeight < 0:
 		return fmt.Errorf("%w: limits must not be negative", ErrInvalidSpec)
 	case l.MemoryBytes > 0 && l.MemoryBytes < 16<<20:
 		return fmt.Errorf("%w: memory limit %d is below the 16 MiB a sandbox needs to start", ErrInvalidSpec, l.MemoryBytes)
@@ -218,6 +228,8 @@ func (l Limits) Validate() error {
 		return fmt.Errorf("%w: cpus %g is below the kernel's minimum quota (0.01)", ErrInvalidSpec, l.CPUs)
 	case l.DiskBytes > 0 && l.DiskBytes < 1<<20:
 		return fmt.Errorf("%w: disk limit %d is below 1 MiB", ErrInvalidSpec, l.DiskBytes)
+	case l.CPUWeight > MaxCPUWeight:
+		return fmt.Errorf("%w: cpu weight %d is above %d", ErrInvalidSpec, l.CPUWeight, MaxCPUWeight)
 	}
 	return nil
 }
@@ -231,6 +243,20 @@ func CheckHostname(h string) error {
 		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' && i > 0 || c == '.' && i > 0
 		if !ok {
 			return fmt.Errorf("%w: hostname %q is not a valid host name", ErrInvalidSpec, h)
+		}
+	}
+	return nil
+}
+
+// CheckBudgetID accepts a budget id (Budgeter, Spec.Budget): 1 to
+// MaxBudgetID letters, digits, '-' and '_'.
+func CheckBudgetID(id string) error {
+	if id == "" || len(id) > MaxBudgetID {
+		return fmt.Errorf("%w: budget id %s: want 1 to %d characters", ErrInvalidSpec, Quote(id, MaxBudgetID), MaxBudgetID)
+	}
+	for _, c := range []byte(id) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return fmt.Errorf("%w: budget id %s: only letters, digits, '-' and '_'", ErrInvalidSpec, Quote(id, MaxBudgetID))
 		}
 	}
 	return nil

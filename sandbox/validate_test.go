@@ -40,6 +40,9 @@ func TestSpecValidate(t *testing.T) {
 		{Spec{Binds: []Bind{{Source: "", Target: "/x"}}}, "--ro bind source \"\": empty"},
 		{Spec{Workdir: "work"}, "workdir \"work\": not absolute"},
 		{Spec{Restrict: []Restriction{{Path: "a/b", Mode: Hide}}}, "restricted path \"a/b\": not absolute"},
+		{Spec{Budget: "wf-0123456789ab-tests_2"}, ""},
+		{Spec{Budget: "../x"}, "budget id \"../x\": only letters"},
+		{Spec{Budget: strings.Repeat("b", MaxBudgetID+1)}, "want 1 to 64 characters"},
 	} {
 		err := c.spec.Validate()
 		if c.want == "" {
@@ -53,6 +56,20 @@ func TestSpecValidate(t *testing.T) {
 		}
 		if err != nil && len(err.Error()) > 400 {
 			t.Errorf("error of %d bytes", len(err.Error()))
+		}
+	}
+}
+
+// TestLimitsCPUWeight: a CPU weight is 0 (the default) or 1-10000.
+func TestLimitsCPUWeight(t *testing.T) {
+	for _, w := range []int{0, 1, 100, MaxCPUWeight} {
+		if err := (Limits{CPUWeight: w}).Validate(); err != nil {
+			t.Errorf("weight %d: %v", w, err)
+		}
+	}
+	for _, w := range []int{-1, MaxCPUWeight + 1} {
+		if err := (Limits{CPUWeight: w}).Validate(); !errors.Is(err, ErrInvalidSpec) {
+			t.Errorf("weight %d: %v", w, err)
 		}
 	}
 }

@@ -76,6 +76,10 @@ func TestAuditEveryOp(t *testing.T) {
 	doomed := setup(api.OpSandboxCreate, api.CreateSandbox{}).(*api.Sandbox).ID
 	proc := setup(api.OpStart, api.Exec{Sandbox: sb, Args: []string{"cat"}}).(*api.Process).ID
 	snap := setup(api.OpSnapshotCreate, api.CreateSnapshot{Sandbox: sb}).(*api.Snapshot).ID
+	// A run that blocks in a concurrent group, for cancel, resume and
+	// add_step (its steps' calls are the setup actor's).
+	blocked := setup(api.OpWorkflowCreate, api.CreateWorkflow{Document: "steps:\n  - group: g\n    mode: concurrent\n    steps:\n" +
+		"      - {id: slow, run: [sleep, \"60\"], snapshot: none}\n"}).(*api.WorkflowRun).ID
 
 	// A call held by an ask rule, for the approvals' operations.
 	fol := h.follow(tokenA, "")
@@ -90,6 +94,8 @@ func TestAuditEveryOp(t *testing.T) {
 
 	const missing = "sb-0000000000000000"
 	var made string // the snapshot the snapshot.create row makes
+	var wf string   // the run the workflow.create row makes
+	const noRun = "wf-000000000000"
 	one := func(name string) []string { return []string{name} }
 	type row struct {
 		name string
@@ -136,6 +142,20 @@ func TestAuditEveryOp(t *testing.T) {
 		{api.OpApprovalAnswer, func() any { return api.AnswerApproval{ID: approval, Decision: api.DecisionAllow} }, one("approval.answer"), api.AnswerApproval{ID: approval, Decision: "maybe"}},
 		// A delete's record is the sandbox's end.
 		{api.OpSandboxDelete, func() any { return api.SandboxRef{Sandbox: doomed} }, one("sandbox.end"), api.SandboxRef{Sandbox: missing}},
+		// A run's steps are calls of its creator: the step's create, exec
+		// and delete (sandbox.end), then its end and the run's. The
+		// events row follows the run to its end.
+		{api.OpWorkflowCreate, func() any {
+			return api.CreateWorkflow{Document: "steps:\n  - {id: one, run: [\"true\"], snapshot: none}\n"}
+		}, []string{"process.exec", "sandbox.create", "sandbox.end", api.OpWorkflowCreate, "workflow.run", "workflow.step"}, api.CreateWorkflow{Document: "steps: []"}},
+		{api.OpWorkflowEvents, func() any { return api.WorkflowEvents{Run: wf, Follow: true} }, one(api.OpWorkflowEvents), api.WorkflowEvents{Run: noRun}},
+		{api.OpWorkflowList, func() any { return api.ListWorkflows{} }, one(api.OpWorkflowList), api.ListWorkflows{State: "bogus"}},
+		{api.OpWorkflowGet, func() any { return api.WorkflowRef{Run: wf} }, one(api.OpWorkflowGet), api.WorkflowRef{Run: noRun}},
+		{api.OpWorkflowCancel, func() any { return api.WorkflowRef{Run: blocked} }, one(api.OpWorkflowCancel), api.WorkflowRef{Run: noRun}},
+		{api.OpWorkflowResume, func() any { return api.ResumeWorkflow{Run: blocked} }, one(api.OpWorkflowResume), api.ResumeWorkflow{Run: noRun}},
+		{api.OpWorkflowAdd, func() any {
+			return api.AddWorkflowStep{Run: blocked, Group: "g", Step: json.RawMessage(`{"id": "extra", "run": ["true"], "snapshot": "none"}`)}
+		}, one(api.OpWorkflowAdd), api.AddWorkflowStep{Run: blocked, Group: "nope", Step: json.RawMessage(`{"id": "x", "run": ["true"]}`)}},
 	}
 	var names []string
 	for _, o := range api.Ops {
@@ -158,6 +178,9 @@ func TestAuditEveryOp(t *testing.T) {
 		}
 		if sn, ok := resp.(*api.Snapshot); ok && r.name == api.OpSnapshotCreate {
 			made = sn.ID
+		}
+		if run, ok := resp.(*api.WorkflowRun); ok && r.name == api.OpWorkflowCreate {
+			wf = run.ID
 		}
 		if r.bad != nil {
 			if _, err := h.opCall(r.name+"/bad", r.name, r.bad); err == nil {

@@ -38,5 +38,12 @@ func (s *Service) handlers() map[string]handler {
 		api.OpApprovalList:   s.listApprovals,
 		api.OpApprovalGet:    s.getApproval,
 		api.OpApprovalAnswer: s.answerApproval,
+		api.OpWorkflowCreate: s.createWorkflow,
+		api.OpWorkflowList:   s.listWorkflows,
+		api.OpWorkflowGet:    s.getWorkflow,
+		api.OpWorkflowEvents: s.workflowEvents,
+		api.OpWorkflowCancel: s.cancelWorkflow,
+		api.OpWorkflowResume: s.resumeWorkflow,
+		api.OpWorkflowAdd:    s.addWorkflowStep,
 	}
 }

@@ -34,8 +34,8 @@ const (
 	DefaultBodyChunk   = 1 << 20
 )
 
-// longOps may last as long as a sandbox does.
-var longOps = map[string]bool{api.OpExec: true, api.OpWait: true, api.OpOutput: true, api.OpApprovalList: true}
+// longOps may last as long as a sandbox (or a workflow run) does.
+var longOps = map[string]bool{api.OpExec: true, api.OpWait: true, api.OpOutput: true, api.OpApprovalList: true, api.OpWorkflowEvents: true}
 
 // Handler is the HTTP API: /v1 (bearer token required), /healthz,
 // /readyz and /metrics.
@@ -197,7 +197,7 @@ func (s *Service) serveOp(w http.ResponseWriter, r *http.Request, op api.Op, tok
 		raw.start()
 	default:
 		status := http.StatusOK
-		if op.Name == api.OpSandboxCreate || op.Name == api.OpStart {
+		if op.Name == api.OpSandboxCreate || op.Name == api.OpStart || op.Name == api.OpWorkflowCreate {
 			status = http.StatusCreated
 		}
 		writeJSON(w, status, resp)
@@ -240,7 +240,7 @@ func (s *Service) httpInput(w http.ResponseWriter, r *http.Request, op api.Op) (
 		in.body = http.MaxBytesReader(w, r.Body, s.cfg.MaxFileBytes)
 	}
 	pathVals := map[string]string{}
-	for _, name := range []string{"sandbox", "process", "snapshot", "id"} {
+	for _, name := range []string{"sandbox", "process", "snapshot", "id", "run"} {
 		if v := r.PathValue(name); v != "" {
 			pathVals[name] = v
 		}

@@ -751,6 +751,55 @@ func TestOpenAPIConformance(t *testing.T) {
 	rn.call(oaCall{op: api.OpExec, vals: in, body: api.Exec{Args: []string{"true"}}, want: http.StatusConflict})
 	rn.call(oaCall{op: api.OpSandboxDelete, vals: in})
 
+	// Workflows: a run to its end, its events, the listing; a run held in
+	// a concurrent group, for add_step, cancel and resume.
+	var run api.WorkflowRun
+	rn.call(oaCall{op: api.OpWorkflowCreate, body: api.CreateWorkflow{Document: "steps:\n  - {id: a, sh: echo oa, snapshot: none}\n",
+		Labels: map[string]string{"suite": "openapi"}}, check: func(t *testing.T, r reply) { r.decode(t, &run) }})
+	if run.ID == "" {
+		t.Fatal("no run")
+	}
+	win := map[string]string{"run": run.ID}
+	rn.call(oaCall{op: api.OpWorkflowCreate, body: api.CreateWorkflow{Document: "steps:\n  - {id: a, sh: x, bogus: 1}\n"}, want: http.StatusBadRequest,
+		check: func(t *testing.T, r reply) {
+			if e := r.apiErr(t); !strings.Contains(e.Message, "line 2") {
+				t.Errorf("invalid document: %s", r.body)
+			}
+		}})
+	rn.call(oaCall{op: api.OpWorkflowEvents, vals: win, query: url.Values{"follow": {"true"}, "after": {"0"}}, check: func(t *testing.T, r reply) {
+		evs := eventsOf(t, r.body)
+		if len(evs) == 0 || evs[len(evs)-1].Workflow == nil || evs[len(evs)-1].Workflow.Type != api.WfRunSucceeded {
+			t.Errorf("workflow events: %s", r.body)
+		}
+	}})
+	rn.call(oaCall{op: api.OpWorkflowGet, vals: win, check: func(t *testing.T, r reply) {
+		var got api.WorkflowRun
+		r.decode(t, &got)
+		if got.State != api.RunSucceeded || len(got.Steps) != 1 || got.Steps[0].Result == nil {
+			t.Errorf("workflow get: %s", r.body)
+		}
+	}})
+	rn.call(oaCall{op: api.OpWorkflowGet, vals: win, token: tokenB, want: http.StatusNotFound})
+	rn.call(oaCall{op: api.OpWorkflowList, query: url.Values{"state": {"succeeded"}, "limit": {"10"}}})
+	rn.call(oaCall{op: api.OpWorkflowList, query: url.Values{"state": {"sideways"}}, want: http.StatusBadRequest})
+	rn.call(oaCall{op: api.OpWorkflowCancel, vals: win, body: struct{}{}, want: http.StatusConflict})
+	var held api.WorkflowRun
+	rn.call(oaCall{op: api.OpWorkflowCreate, body: api.CreateWorkflow{Document: "steps:\n  - group: g\n    mode: concurrent\n    steps:\n" +
+		"      - {id: hold, run: [sleep, \"60\"], snapshot: none}\n"}, check: func(t *testing.T, r reply) { r.decode(t, &held) }})
+	hin := map[string]string{"run": held.ID}
+	rn.call(oaCall{op: api.OpWorkflowAdd, vals: hin, body: api.AddWorkflowStep{Group: "g", Step: json.RawMessage(`{"id": "more", "sh": "echo more", "snapshot": "none", "priority": "critical"}`)}})
+	rn.call(oaCall{op: api.OpWorkflowAdd, vals: hin, body: api.AddWorkflowStep{Group: "nope", Step: json.RawMessage(`{"id": "x", "sh": "echo x"}`)}, want: http.StatusNotFound})
+	rn.call(oaCall{op: api.OpWorkflowResume, vals: hin, body: api.ResumeWorkflow{}, want: http.StatusConflict})
+	rn.call(oaCall{op: api.OpWorkflowCancel, vals: hin, body: struct{}{}, check: func(t *testing.T, r reply) {
+		var got api.WorkflowRun
+		r.decode(t, &got)
+		if got.State != api.RunCancelled {
+			t.Errorf("workflow cancel: %s", r.body)
+		}
+	}})
+	rn.call(oaCall{op: api.OpWorkflowResume, vals: hin, body: api.ResumeWorkflow{From: "hold"}})
+	rn.call(oaCall{op: api.OpWorkflowCancel, vals: hin, body: struct{}{}})
+
 	// Health.
 	rn.call(oaCall{op: "healthz"})
 	rn.call(oaCall{op: "readyz"})
@@ -760,7 +809,7 @@ func TestOpenAPIConformance(t *testing.T) {
 			if !strings.HasPrefix(op.path, "/v1/") {
 				continue
 			}
-			path := fill(op.path, map[string]string{"sandbox": "sb-x", "process": "1", "id": "ap_x"})
+			path := fill(op.path, map[string]string{"sandbox": "sb-x", "process": "1", "id": "ap_x", "run": "wf-x"})
 			for _, tok := range []string{"", "moat_wrong_token_0123456789abcdef0123456789"} {
 				r := h.send(op.method, path, tok, "", nil)
 				label := fmt.Sprintf("%s %s (token %q)", op.method, path, tok)
@@ -793,7 +842,7 @@ func TestOpenAPIConformance(t *testing.T) {
 				if documented[m] {
 					continue
 				}
-				p := fill(path, map[string]string{"sandbox": "sb-x", "process": "1", "id": "ap_x"})
+				p := fill(path, map[string]string{"sandbox": "sb-x", "process": "1", "id": "ap_x", "run": "wf-x"})
 				r := h.send(m, p, tokenA, "", nil)
 				label := m + " " + p
 				e := r.apiErr(t)

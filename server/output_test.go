@@ -248,3 +248,16 @@ func TestBackgroundOutputBudget(t *testing.T) {
 		t.Fatalf("%d bytes held after the sandboxes ended", n)
 	}
 }
+
+func TestPlainName(t *testing.T) {
+	long := strings.Repeat("a", 64)
+	for s, want := range map[string]bool{
+		"a": true, "tenant-1": true, "A.b_c-d": true, long: true, "9x": true,
+		"": false, long + "a": false, ".a": false, "-a": false, "_a": false,
+		"a/b": false, "a b": false, "ä": false, "a\x00": false, "..": false,
+	} {
+		if got := plainName(s); got != want {
+			t.Errorf("plainName(%q) = %v, want %v", s, got, want)
+		}
+	}
+}

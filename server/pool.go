@@ -139,11 +139,13 @@ func (ps *pools) fill(p *pool) {
 }
 
 // matches reports whether a sandbox made with the pool's spec is exactly
-// what b asks for, apart from what a claim applies (limits, network).
+// what b asks for, apart from what a claim applies (limits, network). A
+// sandbox that must run inside a budget (a workflow step's) is never a
+// pooled one: a claim cannot move it into the budget's cgroup.
 func (p *pool) matches(b *built) bool {
 	w := b.spec
 	return p.err == nil && b.snap == nil && p.cfg.Template == b.tmpl.Name &&
-		w.Workspace == "" && len(w.Binds) == 0 && w.Hostname == "" &&
+		w.Workspace == "" && len(w.Binds) == 0 && w.Hostname == "" && w.Budget == "" &&
 		(b.netMode == sandbox.NetNone || b.netMode == sandbox.NetProxy) &&
 		reflect.DeepEqual(w.Root, p.spec.Root) && slices.Equal(w.Env, p.spec.Env) && w.Workdir == p.spec.Workdir &&
 		slices.Equal(w.Restrict, p.spec.Restrict)

@@ -291,15 +291,17 @@ func (s *Service) rpcRequest(ctx context.Context, raw []byte, out *rpcWriter, c 
 	if op.Out == api.BodyRaw {
 		in.out = &buf
 	}
-	if op.Name == api.OpApprovalList {
-		var stop context.CancelFunc
-		ctx, stop = context.WithCancel(ctx)
+	if op.Name == api.OpApprovalList || op.Name == api.OpWorkflowEvents {
+		// A follow ends with the input, as the daemon does (a run may
+		// last for hours).
+		fctx, stop := context.WithCancel(ctx)
+		ctx = fctx // the goroutine reads fctx: ctx is reassigned below
 		defer stop()
 		go func() {
 			select {
 			case <-out.eof:
 				stop()
-			case <-ctx.Done():
+			case <-fctx.Done():
 			}
 		}()
 	}

@@ -188,6 +188,13 @@ func (s *Service) doCreate(ctx context.Context, c Caller, req *api.CreateSandbox
 // doCreateFirst is doCreate for a create that carries its first exec
 // (first not nil), which it may start ahead (createFor).
 func (s *Service) doCreateFirst(ctx context.Context, c Caller, req *api.CreateSandbox, first *firstExec) (*api.Sandbox, error) {
+	return s.doCreateStep(ctx, c, req, first, nil)
+}
+
+// doCreateStep is doCreateFirst for the sandbox of a workflow step (step
+// not nil): what step adds is put into the spec after the policy made it
+// (stepSandbox.apply, workflows_backend.go).
+func (s *Service) doCreateStep(ctx context.Context, c Caller, req *api.CreateSandbox, first *firstExec, step *stepSandbox) (*api.Sandbox, error) {
 	if !s.cfg.AllowHostPaths && (req.Workspace != "" || len(req.Binds) > 0) {
 		s.metrics.denied("host_paths")
 		return nil, api.Errorf(api.CodePermissionDenied, "this server does not bind host paths (workspace, binds); use the file and archive operations")
@@ -242,6 +249,7 @@ func (s *Service) doCreateFirst(ctx context.Context, c Caller, req *api.CreateSa
 	if err != nil {
 		return nil, err
 	}
+	step.apply(b.spec)
 	return s.launch(ctx, c, req, b, timeout, idle, first)
 }
 

@@ -1,9 +1,10 @@
 // Package server is moat's control plane: it keeps long-lived sandboxes
-// for many tenants, runs the operations of package api on them, records
-// every call in the store and the audit tape, prunes idle and expired
-// sandboxes, and serves all of it over HTTP ([Service.Handler]) and as
-// JSON-RPC 2.0 over a pair of streams ([Service.ServeRPC], `moat serve
-// --stdio`).
+// for many tenants, runs the operations of package api on them and their
+// workflow runs (workflows.go: the workflow engine over the same calls),
+// records every call in the store and the audit tape, prunes idle and
+// expired sandboxes, and serves all of it over HTTP ([Service.Handler])
+// and as JSON-RPC 2.0 over a pair of streams ([Service.ServeRPC], `moat
+// serve --stdio`).
 //
 // Every file operation and process runs inside the sandbox through its
 // agent (sandbox.Files, sandbox.Sandbox): the daemon never opens a path of
@@ -174,9 +175,10 @@ type Service struct {
 	authFails *authLimiter    // failed authentications, per source
 	pools     *pools          // set by Start
 	criuOnce  sync.Once
-	criu      string   // snapshots' Processes field
-	durable   backlog  // records waiting for the data disk (durable.go)
-	activity  activity // calls in flight, for the pools' refills (idle.go)
+	criu      string     // snapshots' Processes field
+	durable   backlog    // records waiting for the data disk (durable.go)
+	activity  activity   // calls in flight, for the pools' refills (idle.go)
+	wf        *workflows // the workflow engine and its backend (workflows.go)
 
 	mu        sync.Mutex
 	sandboxes map[string]*managed
@@ -271,6 +273,9 @@ func New(cfg Config) (*Service, error) {
 	if s.out, err = newOutputs(&s.cfg, s.log); err != nil {
 		return nil, err
 	}
+	if s.wf, err = newWorkflows(s); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -306,12 +311,22 @@ func (s *Service) Start(ctx context.Context) error {
 	s.pools = s.startPools(s.cfg.Pools)
 	go s.pruneLoop()
 	s.startOutputSweeper()
+	// The workflow runs a previous daemon left in flight go on, now that
+	// what it left is reconciled (their interrupted steps run again).
+	if err := s.wf.recover(ctx); err != nil {
+		return fmt.Errorf("server: recover workflow runs: %w", err)
+	}
 	return nil
 }
 
-// Close ends every sandbox (reason "shutdown") and stops the pruner. The
-// store and tape stay open: the caller closes them.
+// Close stops the workflow engine (runs in flight stay unfinished in the
+// store, for the next daemon to take up), ends every sandbox (reason
+// "shutdown") and stops the pruner. The store and tape stay open: the
+// caller closes them.
 func (s *Service) Close(ctx context.Context) error {
+	// First, while sandboxes may still be used and ended: the engine
+	// stops its steps itself and keeps their runs unfinished. Idempotent.
+	s.wf.close(ctx)
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
@@ -396,6 +411,14 @@ func (s *Service) call(ctx context.Context, c Caller, name string, in *input) (r
 	if !ok {
 		return nil, api.Errorf(api.CodeNotFound, "no operation %q", name)
 	}
+	return s.dispatch(ctx, c, name, h, in)
+}
+
+// dispatch is call with handler h for operation name: what the daemon
+// itself calls on a tenant's behalf with a handler of its own (a workflow
+// step's create and exec, workflows_backend.go) is counted, gated and
+// recorded as that operation.
+func (s *Service) dispatch(ctx context.Context, c Caller, name string, h handler, in *input) (resp any, err error) {
 	start := time.Now()
 	returned := false
 	s.activity.begin()
@@ -473,6 +496,8 @@ func auditRequest(req any) any {
 		return map[string]any{"path": r.Path, "recursive": r.Recursive}
 	case *api.Move:
 		return map[string]string{"from": r.From, "to": r.To}
+	case *api.CreateWorkflow, *api.AddWorkflowStep:
+		return workflowAudit(r)
 	}
 	return req
 }

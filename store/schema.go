@@ -59,6 +59,29 @@ var migrations = [...]string{
 		stderr_preview = substr(CAST(coalesce(json_extract(result, '$.stderr'), '') AS BLOB), 1, 4096),
 		result = json_remove(result, '$.stdout', '$.stderr')
 	WHERE result IS NOT NULL AND json_valid(result) AND json_type(result) = 'object';`,
+
+	// 3: workflow runs (the engine's whole record of each, as JSON) and
+	// their events, numbered per run (workflows.go). An event may be
+	// written before its run's first record: no foreign key.
+	`CREATE TABLE workflow_runs (
+		id      TEXT    NOT NULL PRIMARY KEY CHECK (id <> ''),
+		tenant  TEXT    NOT NULL,
+		name    TEXT    NOT NULL DEFAULT '',
+		state   TEXT    NOT NULL CHECK (state <> ''),
+		created INTEGER NOT NULL, -- Unix nanoseconds, UTC
+		updated INTEGER NOT NULL,
+		record  TEXT    NOT NULL  -- JSON
+	) STRICT;
+	CREATE INDEX workflow_runs_tenant_created ON workflow_runs (tenant, created);
+	CREATE INDEX workflow_runs_tenant_state_created ON workflow_runs (tenant, state, created);
+	CREATE INDEX workflow_runs_unfinished ON workflow_runs (state) WHERE state IN ('pending', 'running');
+
+	CREATE TABLE workflow_events (
+		run  TEXT    NOT NULL CHECK (run <> ''),
+		seq  INTEGER NOT NULL CHECK (seq > 0),
+		body TEXT    NOT NULL, -- JSON
+		PRIMARY KEY (run, seq)
+	) STRICT, WITHOUT ROWID;`,
 }
 
 // SchemaVersion is the schema version this code writes, stored in the

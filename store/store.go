@@ -10,7 +10,9 @@
 // full result). Every row carries its tenant, and every read takes the caller's
 // tenant and matches it exactly: a row of another tenant is reported as
 // [ErrNotFound], never returned. Calls belong to their sandbox and are deleted
-// with it.
+// with it. Two more keep workflow runs (workflows.go): workflow_runs, one row
+// per run with the workflow engine's record of it, and workflow_events, the
+// run's numbered events.
 //
 // Times are stored as INTEGER nanoseconds since the Unix epoch and returned in
 // UTC, so only times between the years 1678 and 2262 can be stored; JSON

@@ -101,6 +101,7 @@ const (
 	gExec
 	gSoak
 	gDaemon
+	gWorkflow
 	gPolicy
 )
 

@@ -27,7 +27,9 @@ type Plot interface {
 // KnownPlots returns the name of every plot a document can link; a PNG of
 // one of these names that a run does not draw is removed from the plots
 // directory, so no stale figure stays beside the report.
-func KnownPlots() []string { return []string{"startup", "tti", "rootfs", "scaling", "memory"} }
+func KnownPlots() []string {
+	return []string{"startup", "tti", "rootfs", "scaling", "memory", "workflow"}
+}
 
 type plotSet struct{ items []Plot }
 

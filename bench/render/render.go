@@ -45,6 +45,7 @@ type Inputs struct {
 	Daemon       *schema.Daemon
 	Rootfs       *schema.Rootfs
 	Density      *schema.Density
+	Workflow     *schema.Workflow
 	// Written is each results file's modification time, by kind; a kind
 	// without one has "file written" left blank.
 	Written map[string]time.Time
@@ -70,6 +71,8 @@ func (in *Inputs) Set(r schema.Result) error {
 		in.Rootfs = f
 	case *schema.Density:
 		in.Density = f
+	case *schema.Workflow:
+		in.Workflow = f
 	default:
 		return fmt.Errorf("%w: %T", schema.ErrKind, r)
 	}
@@ -111,6 +114,10 @@ func (in *Inputs) Get(name string) schema.Result {
 	case "density":
 		if in.Density != nil {
 			return in.Density
+		}
+	case "workflow":
+		if in.Workflow != nil {
+			return in.Workflow
 		}
 	}
 	return nil
@@ -179,6 +186,7 @@ func document(in *Inputs, o Options) (*Doc, *analysis, error) {
 		daemonSection(in, a),
 		rootfsSection(in, a, plots),
 		densitySection(in, a, plots),
+		workflowSection(in, a, plots),
 		syscallSection(in, a),
 		netproxySection(in, a),
 		policySection(in, a),

@@ -36,6 +36,7 @@ var headings = map[string]string{
 	"daemon":       "## Daemon under exhaustion (`bench/daemon`)",
 	"rootfs":       "## Warm pools, templates, snapshots and forks (`bench/rootfs`)",
 	"density":      "## Density and scaling (`bench/density`)",
+	"workflow":     "## Workflows (`bench/workflow`)",
 }
 
 // The markdown of one benchmark's results, as the benchmark writes it:
@@ -52,6 +53,7 @@ func TestMarkdownEveryKind(t *testing.T) {
 		"daemon":       {"### Output flood", "### Durable exec throughput, new daemon against old", "### Auth flood"},
 		"rootfs":       {"| warm |", "Warm pool hits"},
 		"density":      {"live idle sandboxes held at once", "Projection", "- Daemon: SIGTERM"},
+		"workflow":     {"| `chain-light` |", "**Chain**", "**Retry**", "**Budget fairness**", "step.started → step.sandbox"},
 	}
 	for _, kind := range schema.Kinds() {
 		t.Run(kind, func(t *testing.T) {

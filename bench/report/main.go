@@ -11,8 +11,9 @@
 //     section per benchmark, and what could not be measured and why;
 //   - PNG plots (--plots, linked from the report by relative paths),
 //     drawn here with gonum.org/v1/plot: latency distributions of the cold
-//     starts, of time to interactive and of the rootfs kinds, and the
-//     scaling curves of start latency and memory against live sandboxes;
+//     starts, of time to interactive, of the rootfs kinds and of the
+//     workflow rows, and the scaling curves of start latency and memory
+//     against live sandboxes;
 //   - summary.json (--summary): every figure with a stable ID, unit, goal
 //     and verdict.
 //

@@ -222,7 +222,7 @@ func TestFullReport(t *testing.T) {
 	if _, ok := byID["density.L1000.tti.p50_ms"]; !ok {
 		t.Error("no density.L1000.tti.p50_ms")
 	}
-	if sum.Commit != "abc123def456" || sum.Machine == nil || sum.Machine.MemTotalKiB != 24627000 || len(sum.Benchmarks) != 8 {
+	if sum.Commit != "abc123def456" || sum.Machine == nil || sum.Machine.MemTotalKiB != 24627000 || len(sum.Benchmarks) != len(schema.Kinds()) {
 		t.Errorf("summary header: commit %q machine %+v benchmarks %v", sum.Commit, sum.Machine, sum.Benchmarks)
 	}
 	for _, f := range sum.Figures {
@@ -287,7 +287,7 @@ func TestMissingResults(t *testing.T) {
 	}
 	b, _ := os.ReadFile(filepath.Join(out, "PERFORMANCE.md"))
 	md := string(b)
-	for _, bench := range []string{"syscall", "policy", "netproxy", "controlplane", "daemon", "rootfs", "density"} {
+	for _, bench := range []string{"syscall", "policy", "netproxy", "controlplane", "daemon", "rootfs", "density", "workflow"} {
 		if row := line(t, md, "| `bench/"+bench+"` |"); !strings.Contains(row, "not run in this invocation") {
 			t.Errorf("provenance row of %s: %s", bench, row)
 		}
@@ -312,7 +312,7 @@ func TestMissingResults(t *testing.T) {
 
 func TestNoResultsAtAll(t *testing.T) {
 	md, sum, _ := generateInto(t, t.TempDir())
-	if !strings.Contains(md, "Benchmarks found: 0 of 8") || len(sum.Figures) != 0 {
+	if !strings.Contains(md, fmt.Sprintf("Benchmarks found: 0 of %d", len(schema.Kinds()))) || len(sum.Figures) != 0 {
 		t.Errorf("empty results: %d figures", len(sum.Figures))
 	}
 	if row := line(t, md, "| runc |"); !strings.Contains(row, "bench/startup was not run in this invocation") {

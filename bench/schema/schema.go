@@ -122,6 +122,7 @@ var kinds = []kind{
 	{"daemon", func() Result { return new(Daemon) }},
 	{"rootfs", func() Result { return new(Rootfs) }},
 	{"density", func() Result { return new(Density) }},
+	{"workflow", func() Result { return new(Workflow) }},
 }
 
 // Kinds returns the name of every kind, in the order bench/run.sh runs

@@ -76,6 +76,8 @@ func groupSubcommands(name string) []*command {
 		return templateSubcommands(sio)
 	case "approvals":
 		return approvalsSubcommands(sio)
+	case "workflow":
+		return workflowSubcommands(sio)
 	case "policy":
 		return []*command{
 			{name: "check", short: "Validate policy files"},

@@ -71,6 +71,11 @@ var rules = []rule{
 		not:  []string{"server", "runtime/...", "cmd/..."},
 		why:  "admission is shared by both front doors (cmd/moat and server) and hands the runtime a spec: it depends on neither",
 	},
+	{
+		from: []string{"workflow/..."},
+		not:  append([]string{"client"}, engines...),
+		why:  "workflows are scheduled through the engine's Backend and Journal interfaces, which the server implements: the document and the scheduler link no runtime, store, policy or server",
+	},
 }
 
 // pkg is a package as go list -deps -json sees it.
@@ -238,6 +243,9 @@ func TestRulesCatch(t *testing.T) {
 	add(m("fstree"), "fstree/oci")
 	add(m("fstree/oci"), "github.com/google/go-containerregistry/pkg/v1")
 	add(m("sandbox"))
+	add(m("workflow/engine"), "workflow", "store")
+	add(m("workflow"), "api")
+	add(m("store"))
 	add(&pkg{ImportPath: "mvdan.cc/sh/v3/syntax", Module: &struct{ Path string }{"mvdan.cc/sh/v3"}})
 	add(&pkg{ImportPath: "github.com/google/go-containerregistry/pkg/v1", Module: &struct{ Path string }{"github.com/google/go-containerregistry"}})
 	// Deps are transitive.
@@ -273,6 +281,7 @@ func TestRulesCatch(t *testing.T) {
 		module + "/admit depends on " + module + "/server",
 		module + "/admit depends on " + module + "/runtime",
 		module + "/admit depends on " + module + "/runtime/linux",
+		module + "/workflow/engine depends on " + module + "/store",
 	}
 	for _, w := range want {
 		if !slices.ContainsFunc(got, func(s string) bool { return strings.HasPrefix(s, w+" (") }) {

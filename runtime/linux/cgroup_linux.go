@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +28,10 @@ const cgroupParent = "moat"
 // cpuPeriod is the CFS period for --cpus quotas, in microseconds.
 const cpuPeriod = 100_000
 
+// defaultCPUWeight is the kernel's default CPU weight (cgroup v2
+// cpu.weight), what Limits.CPUWeight 0 means.
+const defaultCPUWeight = 100
+
 // v1Controllers are the cgroup v1 controllers a sandbox's limits need.
 var v1Controllers = []string{"memory", "cpu", "cpuacct", "pids"}
 
@@ -39,7 +44,13 @@ type cgroupLayout struct {
 	// swapLimit says the kernel can limit swap (memsw on v1, swap.max
 	// on v2); swapOn says the host has active swap.
 	swapLimit, swapOn bool
-	err               error
+	// cpuset is the v1 cpuset hierarchy's mount point ("" when it is not
+	// mounted, and on v2); cpusetOK says budgets can be confined to
+	// CPUs (a v1 cpuset hierarchy, or the v2 cpuset controller). Only
+	// budgets and their sandboxes have cgroups there (budget_linux.go).
+	cpuset   string
+	cpusetOK bool
+	err      error
 }
 
 // describe names the layout for the enforcement report.
@@ -59,6 +70,9 @@ func findCgroups() *cgroupLayout {
 		// memory.swap.max exists in every non-root cgroup of a v2 kernel
 		// built with swap accounting, which is the default.
 		l.swapLimit = true
+		if b, err := os.ReadFile("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+			l.cpusetOK = slices.Contains(strings.Fields(string(b)), "cpuset")
+		}
 	} else {
 		for _, c := range v1Controllers {
 			mnt, err := cgroups.FindCgroupMountpoint("", c)
@@ -75,6 +89,9 @@ func findCgroups() *cgroupLayout {
 		if mnt, err := cgroups.FindCgroupMountpoint("", "freezer"); err == nil {
 			l.mounts["freezer"] = mnt
 		}
+		if mnt, err := cgroups.FindCgroupMountpoint("", "cpuset"); err == nil {
+			l.cpuset, l.cpusetOK = mnt, true
+		}
 	}
 	if b, err := os.ReadFile("/proc/swaps"); err == nil {
 		l.swapOn = strings.Count(strings.TrimSpace(string(b)), "\n") > 0
@@ -82,12 +99,51 @@ func findCgroups() *cgroupLayout {
 	return l
 }
 
-// paths returns the cgroup directories of sandbox slot in each hierarchy.
+// paths returns the cgroup directories of sandbox slot in each hierarchy
+// (a sandbox in no budget).
 func (l *cgroupLayout) paths(slot int) map[string]string {
+	return l.dirs(l.mounts, strconv.Itoa(slot))
+}
+
+// slotPaths returns the cgroup directories of sandbox slot in budget
+// ("" for none) in each hierarchy it may be in.
+//
+// Preconditions: budget is "" or a valid budget id (checkBudgetID).
+func (l *cgroupLayout) slotPaths(budget string, slot int) map[string]string {
+	if budget == "" {
+		return l.paths(slot)
+	}
+	return childPaths(l.dirs(l.allMounts(), budgetPrefix+budget), slot)
+}
+
+// allMounts is every hierarchy a cgroup of moat may be in: the sandboxes'
+// and, on v1, the cpuset hierarchy of budgets confined to CPUs.
+func (l *cgroupLayout) allMounts() map[string]string {
+	if l.cpuset == "" {
+		return l.mounts
+	}
+	m := maps.Clone(l.mounts)
+	m["cpuset"] = l.cpuset
+	return m
+}
+
+// dirs returns the directory rel, relative to moat's parent cgroup, in
+// each of mounts.
+func (l *cgroupLayout) dirs(mounts map[string]string, rel string) map[string]string {
+	p := make(map[string]string, len(mounts))
+	for c, mnt := range mounts {
+		p[c] = filepath.Join(mnt, cgroupParent, rel)
+	}
+	return p
+}
+
+// childPaths returns the directories of sandbox slot under parent, a
+// budget's directories.
+func childPaths(parent map[string]string, slot int) map[string]string {
 	name := strconv.Itoa(slot)
-	p := make(map[string]string, len(l.mounts))
-	for c, mnt := range l.mounts {
-		p[c] = filepath.Join(mnt, cgroupParent, name)
+	p := make(map[string]string, len(parent))
+	for c, dir := range parent {
+		p[c] = filepath.Join(dir, name)
 	}
 	return p
 }
@@ -96,31 +152,47 @@ func (l *cgroupLayout) paths(slot int) map[string]string {
 type sandboxCgroup struct {
 	mgr   cgroups.Manager
 	paths map[string]string
-	once  sync.Once
+	// cpuCap is the CPU quota of the budget the sandbox is in, on v1
+	// (0 for none): v1 refuses a child's quota above its parent's, so
+	// the sandbox's own is clamped to it (v2 clamps by itself).
+	cpuCap float64
+	once   sync.Once
 
 	mu        sync.Mutex
 	keptCalls []*callCgroup // call cgroups still holding processes
 }
 
-// newCgroup creates the cgroup of slot with lim's limits. A directory left
-// by a crashed moat that held the same slot is reclaimed first (the slot's
-// lease proves nobody else owns it). With no memory, CPU or pids limit it
+// newCgroup creates the cgroup of slot with lim's limits: moat/SLOT, or
+// moat/budget-ID/SLOT inside budget bg (nil for none) in each of the
+// budget's hierarchies. A directory left by a crashed moat that held the
+// same slot is reclaimed first (the slot's lease proves nobody else owns
+// it). With no memory, CPU, pids or CPU weight limit and no budget it
 // creates nothing and returns nil (a nil *sandboxCgroup is valid: its
 // methods do nothing and usage falls back to getrusage). With always set
 // (a long-lived sandbox, whose calls get cgroups of their own) it creates
 // the cgroup even without limits.
-func newCgroup(l *cgroupLayout, slot int, lim sandbox.Limits, always bool) (*sandboxCgroup, error) {
+//
+// Preconditions: the caller holds the slot's lease and, with bg, a
+// reference on bg (Runtime.acquireBudget).
+func newCgroup(l *cgroupLayout, slot int, lim sandbox.Limits, always bool, bg *linuxBudget) (*sandboxCgroup, error) {
 	paths := l.paths(slot)
+	if bg != nil {
+		paths = childPaths(bg.paths, slot)
+	}
 	if err := reclaimCgroup(paths); err != nil {
 		return nil, err
 	}
-	if lim.MemoryBytes == 0 && lim.CPUs == 0 && lim.Pids == 0 && (!always || l.err != nil) {
+	if lim.MemoryBytes == 0 && lim.CPUs == 0 && lim.Pids == 0 && lim.CPUWeight == 0 && bg == nil && (!always || l.err != nil) {
 		return nil, nil
 	}
 	if l.err != nil {
 		return nil, l.err
 	}
-	res, err := l.resources(lim, false)
+	var cpuCap float64
+	if bg != nil && !l.v2 {
+		cpuCap = bg.limits.CPUs
+	}
+	res, err := l.resources(clampCPUs(lim, cpuCap), false)
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +208,7 @@ func newCgroup(l *cgroupLayout, slot int, lim sandbox.Limits, always bool) (*san
 	if err != nil {
 		return nil, fmt.Errorf("cgroup: %w", err)
 	}
-	c := &sandboxCgroup{mgr: mgr, paths: paths}
+	c := &sandboxCgroup{mgr: mgr, paths: paths, cpuCap: cpuCap}
 	if err := mgr.Apply(-1); err != nil {
 		c.destroy()
 		return nil, fmt.Errorf("create cgroup: %w", err)
@@ -180,7 +252,34 @@ func (l *cgroupLayout) resources(lim sandbox.Limits, unset bool) (*cgroups.Resou
 		}
 		res.PidsLimit = &pids
 	}
+	if lim.CPUWeight > 0 || unset {
+		w := lim.CPUWeight
+		if w <= 0 {
+			w = defaultCPUWeight
+		}
+		if l.v2 {
+			res.CpuWeight = uint64(w)
+		} else {
+			res.CpuShares = cpuShares(w)
+		}
+	}
 	return res, nil
+}
+
+// cpuShares is the cgroup v1 cpu.shares of CPU weight w (v2 cpu.weight
+// units, 1-10000): w*1024/100, at least 2 (the kernel's minimum); the
+// default weight, 100, is the default 1024 shares.
+func cpuShares(w int) uint64 {
+	return uint64(max(2, w*1024/defaultCPUWeight))
+}
+
+// clampCPUs returns lim with its CPU quota no larger than cpuCap (0: no
+// cap).
+func clampCPUs(lim sandbox.Limits, cpuCap float64) sandbox.Limits {
+	if cpuCap > 0 && lim.CPUs > cpuCap {
+		lim.CPUs = cpuCap
+	}
+	return lim
 }
 
 // setLimits replaces the limits in force.
@@ -188,7 +287,7 @@ func (c *sandboxCgroup) setLimits(l *cgroupLayout, lim sandbox.Limits) error {
 	if c == nil {
 		return errNoCgroup
 	}
-	res, err := l.resources(lim, true)
+	res, err := l.resources(clampCPUs(lim, c.cpuCap), true)
 	if err != nil {
 		return err
 	}
@@ -236,11 +335,14 @@ func (c *sandboxCgroup) taskFDs() ([]int, error) {
 		return nil, nil
 	}
 	var fds []int
-	ctrls := v1Controllers
-	if c.paths["freezer"] != "" {
-		// pids stays last: the agent keeps the last one (CallCgroups).
-		ctrls = append([]string{"freezer"}, v1Controllers...)
+	// pids stays last: the agent keeps the last one (CallCgroups).
+	var ctrls []string
+	for _, opt := range []string{"freezer", "cpuset"} {
+		if c.paths[opt] != "" {
+			ctrls = append(ctrls, opt)
+		}
 	}
+	ctrls = append(ctrls, v1Controllers...)
 	for _, ctrl := range ctrls {
 		f, err := cgroups.OpenFile(c.paths[ctrl], "tasks", unix.O_WRONLY)
 		if err != nil {
@@ -340,10 +442,12 @@ func reclaimCgroup(paths map[string]string) error {
 	return nil
 }
 
-// sweepCgroups reclaims the cgroups of every slot that no live moat holds:
-// leftovers of crashed moats. Slots held by live sandboxes (this process's
-// included: the sweep takes its locks through a descriptor of its own, and
-// OFD locks of different descriptors conflict) are skipped.
+// sweepCgroups reclaims the cgroups of every slot that no live moat holds,
+// at the top or inside a budget, and the budgets no live moat owns once
+// empty (sweepBudgets): leftovers of crashed moats. Slots held by live
+// sandboxes (this process's included: the sweep takes its locks through a
+// descriptor of its own, and OFD locks of different descriptors conflict)
+// are skipped, and so are budgets whose owner lives.
 func sweepCgroups(l *cgroupLayout, stateDir string) (int, error) {
 	if l.err != nil {
 		return 0, l.err
@@ -381,5 +485,5 @@ func sweepCgroups(l *cgroupLayout, stateDir string) (int, error) {
 		}
 		_ = unlock(leases, slot)
 	}
-	return n, nil
+	return n + sweepBudgets(l, stateDir, leases), nil
 }

@@ -29,6 +29,7 @@ type build struct {
 	root     *sandbox.RootFS
 	workdir  string
 	limits   sandbox.Limits
+	budget   *linuxBudget // Spec.Budget's, referenced (acquireBudget); nil for none
 
 	// Set by prepare.
 	layerFiles []*os.File // the spec's root layers, locked shared; the sandbox keeps them
@@ -143,6 +144,14 @@ func (r *Runtime) validate(ctx context.Context, spec *sandbox.Spec, oneShot bool
 	if err := b.limits.Validate(); err != nil {
 		return nil, err
 	}
+	// Last: nothing here may fail after the reference is taken, which
+	// undo gives back if a later phase does.
+	if spec.Budget != "" {
+		if b.budget, err = r.acquireBudget(spec.Budget); err != nil {
+			return nil, err
+		}
+		b.undo.Add(b.budget.release)
+	}
 	return b, nil
 }
 
@@ -173,7 +182,11 @@ func (b *build) prepare() error {
 	if b.r.useSpawner {
 		// The spawner keeps the lease, and reclaims the slot's cgroups,
 		// should this process die.
-		if err := b.r.holdSlot(b.slot); err != nil {
+		budget := ""
+		if b.budget != nil {
+			budget = b.budget.id
+		}
+		if err := b.r.holdSlot(b.slot, budget); err != nil {
 			return &sandbox.SetupError{Stage: "uid range", Err: err}
 		}
 	}
@@ -207,7 +220,7 @@ func (b *build) prepare() error {
 	// While the kernel clones and execs the init, provision on another
 	// thread what does not depend on it.
 	q := provisionRequest{layout: b.r.cgroupLayout(), slot: b.slot.slot, base: base, limits: b.limits,
-		hostname: b.hostname, netMode: b.netMode, longLived: !b.oneShot, root: b.root}
+		hostname: b.hostname, netMode: b.netMode, longLived: !b.oneShot, root: b.root, budget: b.budget}
 	if !b.root.Host {
 		q.templateFD = int(b.layerFiles[len(b.layerFiles)-1].Fd())
 	}
@@ -302,6 +315,7 @@ func (b *build) newSandbox() *linuxSandbox {
 	sb.netMode, sb.egress = b.netMode, b.egress
 	sb.scratch, sb.layers, sb.limits, sb.root = prov.scratch, b.layerFiles, b.limits, b.root
 	sb.leases = prov.leases
+	sb.budget = b.budget
 	sb.env, sb.workdir = b.spec.Env, b.workdir
 	b.r.log.Debug("init started", "sandbox", sb.id, "after", time.Since(b.created).String())
 	return sb
@@ -362,6 +376,9 @@ func (b *build) reportEnforcement() sandbox.Enforcement {
 	}
 	if b.prov.cg != nil {
 		f.cgroup = b.r.cgroupLayout().describe()
+	}
+	if b.budget != nil {
+		f.budget = b.budget.describe()
 	}
 	if b.spec.Workspace == "" {
 		f.workspace = "owned (in-memory workspace)"

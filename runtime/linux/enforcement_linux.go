@@ -24,6 +24,7 @@ const (
 	protLandlock       = "landlock"
 	protSeccomp        = "seccomp"
 	protCgroup         = "cgroup"
+	protBudget         = "budget"
 	protWorkspaceIDMap = "workspace_idmap"
 )
 
@@ -52,6 +53,8 @@ type sandboxFacts struct {
 	// cgroup names the cgroup layout enforcing the limits; "" when the
 	// sandbox has no cgroup.
 	cgroup string
+	// budget describes the budget the sandbox runs in; "" for none.
+	budget string
 	// workspace says how the workspace's owners are mapped; "" leaves
 	// workspace_idmap out.
 	workspace string
@@ -60,7 +63,7 @@ type sandboxFacts struct {
 // protections lists, outermost first, what a sandbox with facts f has:
 // its namespaces (no network namespace of its own in network mode open),
 // its root, the init's hardening (capabilities, no_new_privs, Landlock,
-// seccomp), its cgroup and its workspace's idmap.
+// seccomp), its cgroup, its budget and its workspace's idmap.
 func (r *Runtime) protections(f sandboxFacts) []sandbox.Protection {
 	uidMap := f.uidMap
 	if uidMap == "" {
@@ -70,7 +73,7 @@ func (r *Runtime) protections(f sandboxFacts) []sandbox.Protection {
 	if f.hostname != "" {
 		hostname = "hostname " + f.hostname
 	}
-	ps := make([]sandbox.Protection, 0, 15)
+	ps := make([]sandbox.Protection, 0, 16)
 	ps = append(ps,
 		sandbox.Protection{Name: protUserNS, Detail: "uid map " + uidMap + " (inside:host:count)"},
 		sandbox.Protection{Name: protMountNS, Detail: "nothing mounted inside propagates to the host"},
@@ -92,6 +95,9 @@ func (r *Runtime) protections(f sandboxFacts) []sandbox.Protection {
 	)
 	if f.cgroup != "" {
 		ps = append(ps, sandbox.Protection{Name: protCgroup, Detail: f.cgroup})
+	}
+	if f.budget != "" {
+		ps = append(ps, sandbox.Protection{Name: protBudget, Detail: f.budget})
 	}
 	if f.workspace != "" {
 		ps = append(ps, sandbox.Protection{Name: protWorkspaceIDMap, Detail: f.workspace})

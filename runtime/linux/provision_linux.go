@@ -71,6 +71,7 @@ type provisionRequest struct {
 	hostname   string
 	netMode    sandbox.NetMode
 	longLived  bool
+	budget     *linuxBudget // the budget the sandbox's cgroup goes in; nil for none
 	root       *sandbox.RootFS
 	templateFD int // the template root's directory (root.Host false)
 }
@@ -87,7 +88,7 @@ func (r *Runtime) provision(q provisionRequest) *provisioned {
 		return p
 	}
 	var err error
-	if p.cg, err = newCgroup(q.layout, q.slot, q.limits, q.longLived); err != nil {
+	if p.cg, err = newCgroup(q.layout, q.slot, q.limits, q.longLived, q.budget); err != nil {
 		return fail("cgroup", err)
 	}
 	if p.cgFDs, err = p.cg.taskFDs(); err != nil {

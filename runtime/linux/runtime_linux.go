@@ -86,6 +86,9 @@ type Runtime struct {
 	sweeping    atomic.Bool
 	sweeps      sync.WaitGroup
 
+	budgetsMu sync.Mutex
+	budgets   map[string]*linuxBudget // live budgets by id (budget_linux.go)
+
 	useSpawner bool
 	framed     bool // WithFramedStreams (streams_linux.go)
 	spawnMu    sync.Mutex
@@ -189,24 +192,26 @@ func (r *Runtime) spawnerClient() (*spawnerClient, error) {
 }
 
 // holdSlot gives the spawner a copy of slot's lease, so that it reclaims
-// the slot's cgroups should this process die.
-func (r *Runtime) holdSlot(slot *uidSlot) error {
+// the slot's cgroups (under budget, "" for none) should this process die.
+func (r *Runtime) holdSlot(slot *uidSlot, budget string) error {
 	sc, err := r.spawnerClient()
 	if err != nil {
 		return err
 	}
-	if err := sc.hold(slot, r.stateDir); err != nil {
+	if err := sc.hold(slot, budget, r.stateDir); err != nil {
 		return err
 	}
 	slot.holder = sc
 	return nil
 }
 
-// Close stops the runtime's spawner, if it has one.
+// Close removes the runtime's budgets that no sandbox uses and stops its
+// spawner, if it has one.
 //
 // Preconditions: every sandbox of the runtime has ended (their inits are
 // the spawner's children and die with it).
 func (r *Runtime) Close() error {
+	r.closeBudgets()
 	r.spawnMu.Lock()
 	defer r.spawnMu.Unlock()
 	if r.spawner != nil {
@@ -235,7 +240,8 @@ func (r *Runtime) sweepInBackground() {
 
 // Reclaim removes what crashed moat processes left on this host: the
 // cgroups of every uid slot no live moat holds (their processes, if any
-// remain, are killed first) and the layers no sandbox uses. Every create
+// remain, are killed first), inside budgets too, the budgets no live moat
+// owns once they are empty, and the layers no sandbox uses. Every create
 // also does this; a daemon calls it at start. With WithSpawner there is
 // normally nothing left to do: the spawner outlives a killed runtime
 // briefly and reclaims its sandboxes itself (see spawner_linux.go); this

@@ -65,6 +65,11 @@ func (r *Runtime) Enforcement() sandbox.Enforcement {
 	return sandbox.Enforcement{Runtime: Name, Protections: []sandbox.Protection{}}
 }
 
+// NewBudget always fails off Linux (sandbox.Budgeter).
+func (r *Runtime) NewBudget(id string, l sandbox.Limits) (sandbox.Budget, error) {
+	return nil, errPlatform
+}
+
 // Create always fails off Linux.
 func (r *Runtime) Create(ctx context.Context, spec *sandbox.Spec) (sandbox.Sandbox, error) {
 	return nil, errPlatform

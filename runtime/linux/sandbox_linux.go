@@ -34,6 +34,7 @@ type linuxSandbox struct {
 	conn        *guest.Conn
 	slot        *uidSlot
 	cg          *sandboxCgroup
+	budget      *linuxBudget // the budget the sandbox runs in, referenced until Shutdown; nil for none
 	oneShot     bool
 	enforcement sandbox.Enforcement
 	created     time.Time
@@ -323,6 +324,7 @@ func (s *linuxSandbox) Shutdown(ctx context.Context) error {
 		}
 		t0 := time.Now()
 		s.cg.destroy()
+		s.budget.release() // its cgroup is out of the budget's way
 		if s.scratch != nil {
 			s.scratch.Close()
 		}

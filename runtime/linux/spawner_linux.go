@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,16 +41,19 @@ import (
 //
 // Reclaim: the runtime also hands the spawner a copy of each sandbox's uid
 // slot lease (a "hold": the lease's open file description, whose OFD lock
-// stays held while either process keeps it) and takes it back ("release")
-// once it has removed the sandbox's cgroups itself. When the runtime's
-// process dies (the socket reads end of file, or the parent-death signal,
-// SIGTERM, arrives) the spawner does what the runtime can no longer do:
-// it kills its children (each init's pid namespace dies with it), waits
-// for them, removes the cgroups of the slots it holds (deepest first),
-// drops the leases, removes the layers no sandbox uses any more, and
-// exits; all within reclaimLimit. It touches only the cgroups of slots
-// whose lease it holds, so never those of another moat: no other process
-// can lease those slots meanwhile.
+// stays held while either process keeps it), with the id of the budget
+// the sandbox runs in, if any, and takes it back ("release") once it has
+// removed the sandbox's cgroups itself. When the runtime's process dies
+// (the socket reads end of file, or the parent-death signal, SIGTERM,
+// arrives) the spawner does what the runtime can no longer do: it kills
+// its children (each init's pid namespace dies with it), waits for them,
+// removes the cgroups of the slots it holds (deepest first; moat/SLOT, or
+// moat/budget-ID/SLOT), drops the leases, removes those budgets when
+// their owner is gone and nothing is left in them (reclaimBudget), removes
+// the layers no sandbox uses any more, and exits; all within
+// reclaimLimit. It touches only the cgroups of slots whose lease it holds,
+// and budgets whose lease it could take, so never those of another moat:
+// no other process can lease those slots meanwhile.
 
 // Ops of a spawnRequest that are not starts (and get no answer).
 const (
@@ -80,6 +84,9 @@ type spawnRequest struct {
 	// runtime's state directory; a hold's descriptor is the lease.
 	Slot     int    `json:"slot,omitempty"`
 	StateDir string `json:"state_dir,omitempty"`
+	// Budget is the id of the budget a hold's sandbox runs in ("" for
+	// none): its cgroups are under the budget's.
+	Budget string `json:"budget,omitempty"`
 
 	Argv        []string               `json:"argv"`
 	Cloneflags  uintptr                `json:"cloneflags"`
@@ -136,7 +143,7 @@ func Spawner() {
 		fmt.Fprintln(os.Stderr, "moat spawner:", err)
 		os.Exit(1)
 	}
-	s := &spawnerServer{conn: sock, kids: map[int]bool{}, holds: map[int]int{}, initExe: selfExe}
+	s := &spawnerServer{conn: sock, kids: map[int]bool{}, holds: map[int]heldSlot{}, initExe: selfExe}
 	if len(os.Args) > 2 {
 		s.initExe = os.Args[2]
 	}
@@ -173,10 +180,16 @@ type spawnerServer struct {
 	mu      sync.Mutex
 
 	// Under mu:
-	kids     map[int]bool // started, not yet reaped
-	holds    map[int]int  // uid slot → the runtime's lease on it
+	kids     map[int]bool     // started, not yet reaped
+	holds    map[int]heldSlot // uid slot → the runtime's lease on it
 	stateDir string
 	lost     bool // the runtime no longer reads
+}
+
+// heldSlot is a sandbox's uid slot lease the spawner holds.
+type heldSlot struct {
+	fd     int    // the lease
+	budget string // the budget the sandbox runs in, "" for none
 }
 
 func (s *spawnerServer) serve() error {
@@ -208,16 +221,16 @@ func (s *spawnerServer) serve() error {
 
 // hold keeps fds[0], the runtime's lease on slot q.Slot.
 func (s *spawnerServer) hold(q *spawnRequest, fds []int) {
-	if len(fds) != 1 || q.Slot < 0 || q.Slot >= uidSlots {
+	if len(fds) != 1 || q.Slot < 0 || q.Slot >= uidSlots || (q.Budget != "" && checkBudgetID(q.Budget) != nil) {
 		closeFDs(fds)
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if old, ok := s.holds[q.Slot]; ok {
-		unix.Close(old)
+		unix.Close(old.fd)
 	}
-	s.holds[q.Slot] = fds[0]
+	s.holds[q.Slot] = heldSlot{fd: fds[0], budget: q.Budget}
 	if q.StateDir != "" {
 		s.stateDir = q.StateDir
 	}
@@ -227,8 +240,8 @@ func (s *spawnerServer) hold(q *spawnRequest, fds []int) {
 func (s *spawnerServer) release(slot int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if fd, ok := s.holds[slot]; ok {
-		unix.Close(fd)
+	if h, ok := s.holds[slot]; ok {
+		unix.Close(h.fd)
 		delete(s.holds, slot)
 	}
 }
@@ -247,8 +260,8 @@ func (s *spawnerServer) reclaim() {
 		layout = findCgroups()
 	}
 	// A frozen process does not die of SIGKILL until thawed.
-	for slot := range s.holds {
-		thawV1(layout.paths(slot))
+	for slot, h := range s.holds {
+		thawV1(layout.slotPaths(h.budget, slot))
 	}
 	// The children are unreaped (reaping needs mu), so their pids are
 	// theirs. An init's death ends every process of its pid namespace
@@ -268,27 +281,45 @@ func (s *spawnerServer) reclaim() {
 		delete(s.kids, pid)
 	}
 	deadline := start.Add(reclaimLimit - 500*time.Millisecond)
-	for slot, fd := range s.holds {
-		for c, mnt := range layout.mounts {
-			if err := removeSlotCgroup(mnt, slot, deadline); err != nil {
+	var budgets []string
+	for slot, h := range s.holds {
+		for c, mnt := range layout.allMounts() {
+			if err := removeSlotCgroup(mnt, h.budget, slot, deadline); err != nil {
 				fmt.Fprintf(os.Stderr, "moat spawner: remove %s cgroup of slot %d: %v\n", c, slot, err)
 			}
 		}
-		unix.Close(fd)
+		unix.Close(h.fd)
+		if h.budget != "" && !slices.Contains(budgets, h.budget) {
+			budgets = append(budgets, h.budget)
+		}
 	}
 	if s.stateDir != "" {
+		// The budgets go too if their owner, the runtime, is gone.
+		if slots, err := openSlotLeases(s.stateDir); err == nil {
+			for _, id := range budgets {
+				reclaimBudget(layout, s.stateDir, id, slots)
+			}
+			slots.Close()
+		}
 		collectLayers(s.stateDir)
 	}
 	os.Exit(0)
 }
 
 // removeSlotCgroup removes the cgroup of slot under mnt (a hierarchy's
-// mount point), its child cgroups (the calls') first, through directory
-// descriptors on the host's cgroup filesystem. Processes found in it (none
-// once the slot's init is reaped, unless the cgroup holds some that never
-// were its) are killed; a cgroup still busy is retried until deadline.
-func removeSlotCgroup(mnt string, slot int, deadline time.Time) error {
-	pfd, err := unix.Open(filepath.Join(mnt, cgroupParent), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+// mount point), moat/SLOT or, in budget, moat/budget-ID/SLOT, its child
+// cgroups (the calls') first, through directory descriptors on the host's
+// cgroup filesystem. Processes found in it (none once the slot's init is
+// reaped, unless the cgroup holds some that never were its) are killed; a
+// cgroup still busy is retried until deadline.
+//
+// Preconditions: budget is "" or a valid budget id (checkBudgetID).
+func removeSlotCgroup(mnt, budget string, slot int, deadline time.Time) error {
+	parent := filepath.Join(mnt, cgroupParent)
+	if budget != "" {
+		parent = filepath.Join(parent, budgetPrefix+budget)
+	}
+	pfd, err := unix.Open(parent, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ENOENT) {
 		return nil
 	}
@@ -478,15 +509,16 @@ func startSpawner(initPath, initExe string) (*spawnerClient, error) {
 	return sc, nil
 }
 
-// hold hands the spawner a copy of slot's lease (see the package comment
+// hold hands the spawner a copy of slot's lease, with the id of the
+// budget its sandbox runs in ("" for none; see the package comment
 // above); the spawner keeps it until release.
-func (sc *spawnerClient) hold(slot *uidSlot, stateDir string) error {
+func (sc *spawnerClient) hold(slot *uidSlot, budget, stateDir string) error {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	if sc.dead != nil {
 		return sc.dead
 	}
-	q := spawnRequest{Op: opHold, Slot: slot.slot, StateDir: stateDir}
+	q := spawnRequest{Op: opHold, Slot: slot.slot, StateDir: stateDir, Budget: budget}
 	if err := sc.conn.SendValue("hold", &q, int(slot.f.Fd())); err != nil {
 		return fmt.Errorf("spawner: %w", err)
 	}

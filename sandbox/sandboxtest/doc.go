@@ -64,6 +64,15 @@
 // SpillDir is not supported). Byte counts and durations are real.
 // Secrets, TTYs and resizes are accepted and ignored.
 //
+// # Budgets
+//
+// The Runtime is a sandbox.Budgeter: NewBudget checks the id and limits as
+// runtime/linux does and keeps the budget in memory; a Spec.Budget must
+// name a live budget (else sandbox.ErrInvalidSpec), and Close fails with
+// sandbox.ErrBusy while a sandbox created in the budget has not ended.
+// Nothing is enforced: no limit of a budget applies, and CPUTime is
+// always 0.
+//
 // Specs and processes are checked with the sandbox package's checks, the
 // ones runtime/linux makes before anything runs (Spec.Validate,
 // Limits.Validate, CheckHostname, CheckEnv, Process.Validate, a relative

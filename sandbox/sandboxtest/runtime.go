@@ -44,6 +44,9 @@ func WithHandler(h Handler) Option { return func(r *Runtime) { r.handler = h } }
 type Runtime struct {
 	handler Handler
 	created atomic.Int64
+
+	budgetsMu sync.Mutex
+	budgets   map[string]*Budget // live budgets by id (budget.go)
 }
 
 var _ sandbox.Runtime = (*Runtime)(nil)
@@ -85,13 +88,20 @@ func (r *Runtime) Create(ctx context.Context, spec *sandbox.Spec) (sandbox.Sandb
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	var bg *Budget
+	if spec.Budget != "" {
+		var err error
+		if bg, err = r.acquireBudget(spec.Budget); err != nil {
+			return nil, err
+		}
+	}
 	r.created.Add(1)
 	host := spec.Hostname
 	if host == "" {
 		host = "sandbox"
 	}
 	s := &Sandbox{r: r, id: fmt.Sprintf("sb-%016x", rand.Uint64()), fs: newMemFS(host), hostname: host,
-		workdir: spec.Workdir, env: spec.Env, done: make(chan struct{})}
+		workdir: spec.Workdir, env: spec.Env, done: make(chan struct{}), budget: bg}
 	if s.workdir == "" {
 		s.workdir = sandbox.WorkspaceDir
 	}
@@ -124,6 +134,7 @@ type Sandbox struct {
 	fs                *memFS
 	hostname, workdir string
 	env               []string
+	budget            *Budget         // the budget it runs in, referenced until End; nil for none
 	ctx               context.Context // ends at Shutdown
 	cancel            context.CancelFunc
 
@@ -176,6 +187,7 @@ func (s *Sandbox) End() {
 	if s.egress != nil {
 		_ = s.egress.Close()
 	}
+	s.budget.release()
 	close(s.done)
 }
 

@@ -410,6 +410,7 @@ var openapiTags = []struct{ name, desc string }{
 	{"file", "Files inside a sandbox, read and written by the sandbox's agent under the sandbox's own protections."},
 	{"audit", "The caller's audit events."},
 	{"approvals", "Calls that a policy's ask rule holds until a person answers: list and follow them (any token of the tenant), answer them (approver tokens)."},
+	{"workflow", "Workflow runs: DAGs of sandboxed steps (sequential chains retried from snapshots, parallel groups under a budget, concurrent groups by priority), kept in the store across daemon restarts."},
 	{"health", "Liveness, readiness and metrics (no token)."},
 }
 
@@ -639,6 +640,12 @@ func opStatuses(op api.Op) []int {
 	if slices.Contains(params, "snapshot") {
 		add(404)
 	}
+	if slices.Contains(params, "run") {
+		add(404)
+		if op.Name != api.OpWorkflowGet && op.Name != api.OpWorkflowEvents {
+			add(409) // conflict: the run's state does not allow the call
+		}
+	}
 	if strings.HasPrefix(op.Name, "snapshot.") || op.Name == api.OpSandboxRestore || op.Name == api.OpTemplateList || op.Name == api.OpSandboxCreate {
 		add(501) // unimplemented: no template store, or no freezer
 	}
@@ -647,7 +654,8 @@ func opStatuses(op api.Op) []int {
 	}
 	switch op.Name {
 	case api.OpSandboxCreate, api.OpExec, api.OpStart, api.OpStdin, api.OpFileWrite, api.OpFileMkdir, api.OpFileRemove, api.OpFileMove, api.OpFileUpload,
-		api.OpSnapshotCreate, api.OpSnapshotFork, api.OpSandboxRestore, api.OpSandboxNetwork:
+		api.OpSnapshotCreate, api.OpSnapshotFork, api.OpSandboxRestore, api.OpSandboxNetwork,
+		api.OpWorkflowCreate, api.OpWorkflowResume, api.OpWorkflowAdd:
 		// New work: insufficient_storage while the daemon's data disk is
 		// full (refused before it runs; or, for exec and start, ran but not
 		// yet recorded: the error's result holds what it answered).
@@ -674,6 +682,8 @@ func opStatuses(op api.Op) []int {
 		add(403, 429, 503) // as sandbox.create
 	case api.OpSnapshotCreate:
 		add(413, 507) // too_large: over the capture caps; insufficient_storage: the tenant's store quota
+	case api.OpWorkflowCreate, api.OpWorkflowCancel, api.OpWorkflowResume, api.OpWorkflowAdd:
+		add(503) // unavailable: the daemon is stopping
 	}
 	var out []int
 	for s := range set {
@@ -755,6 +765,8 @@ func (g *openapiGen) operation(op api.Op) (object, error) {
 			desc = "The process's id in its sandbox."
 		case "id":
 			desc = "The approval's id (ap_...)."
+		case "run":
+			desc = "The workflow run's id (wf-...)."
 		}
 		params = append(params, object{{"name", p}, {"in", "path"}, {"required", true}, {"description", desc}, {"schema", s}})
 	}
@@ -814,7 +826,7 @@ func (g *openapiGen) operation(op api.Op) (object, error) {
 	}
 
 	status, statusDesc := "200", "OK."
-	if op.Name == api.OpSandboxCreate || op.Name == api.OpStart {
+	if op.Name == api.OpSandboxCreate || op.Name == api.OpStart || op.Name == api.OpWorkflowCreate {
 		status, statusDesc = "201", "Created."
 	}
 	ndjson := object{{"application/x-ndjson", object{{"schema", ref("Event")}}}}
@@ -862,7 +874,7 @@ var enums = map[string][]string{
 	"Sandbox.end_reason":  {api.EndDeleted, api.EndIdle, api.EndTimeout, api.EndLost, api.EndExited, api.EndShutdown},
 	"ListSandboxes.state": {api.StateRunning, api.StateStopped},
 	"Process.state":       {api.ProcRunning, api.ProcExited},
-	"Event.type":          {api.EventSandbox, api.EventStdout, api.EventStderr, api.EventExit, api.EventError, api.EventLost, api.EventApproval},
+	"Event.type":          {api.EventSandbox, api.EventStdout, api.EventStderr, api.EventExit, api.EventError, api.EventLost, api.EventApproval, api.EventWorkflow},
 	"Error.code":          errorCodes,
 	"Result.exit_reason": {string(sandbox.ReasonExited), string(sandbox.ReasonSignaled), string(sandbox.ReasonTimeout),
 		string(sandbox.ReasonSandboxTimeout), string(sandbox.ReasonOOM), string(sandbox.ReasonKilled), string(sandbox.ReasonSetupError)},
@@ -877,7 +889,24 @@ var enums = map[string][]string{
 	"AnswerApproval.scope":    {api.ScopeOnce, api.ScopeAlways},
 	"CallRules.profile":       {"untrusted"},
 	"SandboxPolicy.profile":   {"untrusted", "trusted"},
+	"WorkflowRun.state":       workflowRunStates,
+	"ListWorkflows.state":     workflowRunStates,
+	"WorkflowGroup.state":     {api.StepPending, api.StepRunning, api.StepSucceeded, api.StepFailed, api.StepSkipped, api.StepCancelled},
+	"WorkflowGroup.mode":      {"sequential", "parallel", "concurrent"},
+	"WorkflowStep.state":      workflowStepStates,
+	"WorkflowStep.priority":   {"critical", "normal", "background"},
+	"WorkflowAttempt.state":   append(slices.Clone(workflowStepStates), "interrupted"),
+	"WorkflowEvent.type": {api.WfRunStarted, api.WfRunResumed, api.WfRunSucceeded, api.WfRunFailed, api.WfRunCancelled, api.WfRunInterrupted,
+		api.WfStepAdded, api.WfStepStarted, api.WfStepSandbox, api.WfStepRetrying, api.WfStepSnapshot, api.WfStepArtifacts,
+		api.WfStepSucceeded, api.WfStepFailed, api.WfStepSkipped, api.WfStepCancelled, api.WfGroupBudget},
 }
+
+// workflowRunStates and workflowStepStates are the states of a workflow
+// run (and group) and of a step.
+var (
+	workflowRunStates  = []string{api.RunPending, api.RunRunning, api.RunSucceeded, api.RunFailed, api.RunCancelled}
+	workflowStepStates = []string{api.StepPending, api.StepRunning, api.StepRetrying, api.StepSucceeded, api.StepFailed, api.StepSkipped, api.StepCancelled}
+)
 
 // approvalStates are the states of an approval.
 var approvalStates = []string{api.ApprovalPending, api.ApprovalAllowed, api.ApprovalDenied, api.ApprovalExpired, api.ApprovalWithdrawn}
@@ -921,12 +950,25 @@ var typeDocs = map[string]string{
 	"CallRules": "Policy rules of one sandbox (sandbox.create) or one call (process.exec, process.start): the lowest layer, below the daemon's policy files. " +
 		"They can only narrow: deny and ask rules count like any other, allow rules grant nothing, and the only profile they may name is untrusted. " +
 		"Rules are Kind(pattern): Exec(git push*), Read(~/.ssh/**), Write(src/**), Net(domain:*.github.com).",
-	"SandboxPolicy":  "What the policy made of a sandbox at its create. The kernel's part (restrictions) stays for the sandbox's life; the daemon's decisions follow the policy files as they change.",
-	"Approval":       "A call that a policy's ask rule holds until an approver answers; unanswered it expires (denied).",
-	"ListApprovals":  "The parameters of approvals.list.",
-	"ApprovalList":   "The answer of approvals.list, oldest first.",
-	"ApprovalRef":    "Names an approval (approvals.get).",
-	"AnswerApproval": "The body of approvals.answer.",
+	"SandboxPolicy":    "What the policy made of a sandbox at its create. The kernel's part (restrictions) stays for the sandbox's life; the daemon's decisions follow the policy files as they change.",
+	"Approval":         "A call that a policy's ask rule holds until an approver answers; unanswered it expires (denied).",
+	"ListApprovals":    "The parameters of approvals.list.",
+	"ApprovalList":     "The answer of approvals.list, oldest first.",
+	"ApprovalRef":      "Names an approval (approvals.get).",
+	"AnswerApproval":   "The body of approvals.answer.",
+	"CreateWorkflow":   "The body of workflow.create: a workflow document (YAML; JSON accepted) as text.",
+	"WorkflowRef":      "Names a workflow run (workflow.get, workflow.cancel).",
+	"ListWorkflows":    "The parameters of workflow.list.",
+	"WorkflowList":     "The answer of workflow.list, newest first; each run's steps carry their state, not their attempts.",
+	"ResumeWorkflow":   "The body of workflow.resume.",
+	"AddWorkflowStep":  "The body of workflow.add_step.",
+	"WorkflowEvents":   "The parameters of workflow.events.",
+	"WorkflowRun":      "A run of a workflow document: its state, steps (each with its attempts, snapshot and outputs) and groups.",
+	"WorkflowGroup":    "One group of a run, with its budget; its state sums up its steps'.",
+	"WorkflowStep":     "One step of a run, with its latest attempt's result.",
+	"WorkflowAttempt":  "One attempt of a step: the sandbox it ran in and what it started from.",
+	"WorkflowArtifact": "One regular file a step's outputs collected, with its size and sha256.",
+	"WorkflowEvent":    "One event of a run (the workflow field of an Event of type workflow). Seq numbers the run's events from 1; a reader resumes with after = the last seq it saw.",
 }
 
 // fieldDocs describe fields, by "Component.field".
@@ -1022,6 +1064,30 @@ var fieldDocs = map[string]string{
 	"AnswerApproval.decision":        "allow or deny.",
 	"AnswerApproval.scope":           "Of an allow: once (default) or always.",
 	"AnswerApproval.reason":          "Why; a denial tells it to the agent.",
+	"CreateWorkflow.document":        "The workflow document: name, defaults and a list of steps and groups (see docs/API.md, Workflows). An invalid one is 400 invalid_argument, its message a line per problem (line N: field: why).",
+	"CreateWorkflow.name":            "Overrides the document's name in listings.",
+	"CreateWorkflow.labels":          "Kept with the run and given to every step's sandbox (with moat.workflow.run, moat.workflow.step and moat.workflow.attempt). At most 64; keys 1 to 128 bytes, values at most 1024.",
+	"ListWorkflows.state":            "Keep only runs in this state.",
+	"ListWorkflows.limit":            "At most this many runs, newest first (default 100, at most 1000).",
+	"ResumeWorkflow.from":            "The step to run again, with every step after it; empty runs again every step that did not succeed.",
+	"AddWorkflowStep.group":          "A concurrent group of the run that has not ended.",
+	"AddWorkflowStep.step":           "The step as in a document: a JSON object, or YAML text as a JSON string.",
+	"WorkflowEvents.after":           "Resume after the event with this sequence number.",
+	"WorkflowEvents.follow":          "Keep the stream open until the run ends; otherwise answer with the events journalled now.",
+	"WorkflowRun.error":              "Why a failed or cancelled run ended.",
+	"WorkflowRun.resumes":            "How many times workflow.resume or a daemon restart took the run up again.",
+	"WorkflowStep.kind":              "run (an argv, or sh: a /bin/sh -c script).",
+	"WorkflowStep.attempt":           "The latest attempt's number (1 on the first); 0 before the first.",
+	"WorkflowStep.snapshot":          "The snapshot kept after the step succeeded (none: empty). A light one is deleted when the run succeeds; a full one stays, a snapshot of the tenant.",
+	"WorkflowStep.result":            "The latest attempt's result; stdout and stderr keep at most 64 KiB each.",
+	"WorkflowStep.needs":             "The steps it waits for, resolved (groups and the order of sequential groups included).",
+	"WorkflowStep.inputs":            "Step id to the path inside this step's sandbox where that step's outputs appear, read-only.",
+	"WorkflowAttempt.start_snapshot": "The snapshot the attempt's sandbox started from; empty for a fresh sandbox of its template.",
+	"WorkflowAttempt.state":          "interrupted: the daemon stopped while it ran; the step ran again after the restart.",
+	"WorkflowArtifact.path":          "The file's path inside the step's sandbox (for a step that takes the outputs as inputs at /in: /in followed by this path).",
+	"WorkflowEvent.message":          "What happened, in words: an error, a retry's reason and delay.",
+	"WorkflowEvent.artifacts":        "The outputs collected (step.artifacts).",
+	"Event.workflow":                 "The run's event (type workflow, workflow.events).",
 }
 
 // queryDocs describe query parameters that differ by operation, by
@@ -1071,6 +1137,15 @@ var opDocs = map[string]string{
 	api.OpApprovalGet:    "Another tenant's approval is 404.",
 	api.OpApprovalAnswer: "Only approver tokens (role approver in <data>/tokens) and the stdio peer may answer; another token is 403 permission_denied, so an agent cannot approve its own calls. " +
 		"An approval that is no longer pending is 409 conflict. The waiting call then runs (allow) or fails with 403 policy_denied (deny).",
+	api.OpWorkflowCreate: "The document is checked whole before anything runs: unknown fields, cycles, missing ids, a from that is not an ancestor, impossible budgets are 400 invalid_argument with a line per problem. " +
+		"Every step's sandbox, process, snapshot and collected output is a call of the caller's tenant (sandbox.create, process.exec, snapshot.create, file.download, audited under the caller's actor and counted in its quotas); " +
+		"the end of each step and of the run are audited as workflow.step and workflow.run. Another tenant never sees the run: its id is 404 for them.",
+	api.OpWorkflowList:   "Only the caller's tenant's runs.",
+	api.OpWorkflowGet:    "Another tenant's run is 404.",
+	api.OpWorkflowEvents: "Events are Event objects of type workflow, their workflow field the run's event. With follow=true the stream ends when the run ends. Over JSON-RPC the events are process.event notifications and the result is the run as it is at the end.",
+	api.OpWorkflowCancel: "Answers once the run has ended cancelled. A run that has ended is 409 conflict.",
+	api.OpWorkflowResume: "Only a failed or cancelled run: the steps that succeeded before from keep their results, snapshots and outputs and are not run again; the others run again (their attempts numbered on). Another state is 409 conflict.",
+	api.OpWorkflowAdd:    "The step joins the group's priority queue. An invalid step, or a group that is not concurrent, is 400 (with the step's lines); a group the run does not have 404; a group that has ended, or a run that is not running, 409.",
 }
 
 const infoDescription = `The HTTP API of ` + "`moat serve`" + `: long-lived Linux sandboxes, their processes and files, for many tenants.
@@ -1078,7 +1153,7 @@ The human reference is docs/API.md.
 
 **Authentication.** Every /v1 operation needs ` + "`Authorization: Bearer <token>`" + `. Tokens are listed in ` + "`<data>/tokens`" + `, one "TENANT TOKEN" per line, and reloaded on SIGHUP; the token decides the tenant. A tenant sees only its own sandboxes: another tenant's sandbox is 404. /healthz, /readyz and /metrics need no token.
 
-**Binding.** Path parameters and the query string fill the request's fields of the same json names; a JSON body (at most 1 MiB, Content-Type application/json) fills the rest. Unknown body fields and unknown query parameters are refused with 400. Raw bodies (file.write, file.upload) are capped by the server's max file bytes (64 MiB by default). Requests are limited to 5 minutes, except process.exec, process.wait and process.output.
+**Binding.** Path parameters and the query string fill the request's fields of the same json names; a JSON body (at most 1 MiB, Content-Type application/json) fills the rest. Unknown body fields and unknown query parameters are refused with 400. Raw bodies (file.write, file.upload) are capped by the server's max file bytes (64 MiB by default). Requests are limited to 5 minutes, except process.exec, process.wait, process.output and workflow.events.
 
 **Roles.** A token line may end with a role: "TENANT TOKEN approver". Only approver tokens may answer approvals (approvals.answer); the daemon writes one for tenant default to ` + "`<data>/approver-token`" + ` on first start. Give agents the other tokens.
 
@@ -1086,4 +1161,4 @@ The human reference is docs/API.md.
 
 **Errors.** Every error is an Error object (code, message, errno for file_error; rule, source, approval for policy_denied) with the HTTP status of its code. An error after a stream has begun arrives as its last event (type error).
 
-**JSON-RPC 2.0 over stdio** (` + "`moat serve --stdio`" + `): one JSON value per line in each direction, no token (the caller is the local user). The method is the operationId (x-jsonrpc.method), the params are the request body with the path fields included (x-jsonrpc.params: e.g. {"sandbox": "…", "process": 3}), and the result is the answer (x-jsonrpc.result). Raw bodies travel base64-encoded in a "content" field: file.write and file.upload take a WriteFile, file.read and file.download return a FileContent. Stream events (process.exec with stream=true, process.output) arrive before the response as notifications {"jsonrpc": "2.0", "method": "process.event", "params": {"id": <request id>, "event": Event}}. A failed call is a JSON-RPC error with code -32602 for invalid_argument, -32603 for internal and -32000 for every other error, its data the Error object; -32700 (not JSON), -32600 (JSON that is not a Request object, answered with its id when the id can be read), -32601 and -32602 keep their standard meanings. Requests run concurrently and may be answered out of order; batches are accepted. The notification {"jsonrpc": "2.0", "method": "` + api.RPCCancel + `", "params": {"id": <request id>}} cancels a request in flight (a cancelled process.exec kills its process).`
+**JSON-RPC 2.0 over stdio** (` + "`moat serve --stdio`" + `): one JSON value per line in each direction, no token (the caller is the local user). The method is the operationId (x-jsonrpc.method), the params are the request body with the path fields included (x-jsonrpc.params: e.g. {"sandbox": "…", "process": 3}), and the result is the answer (x-jsonrpc.result). Raw bodies travel base64-encoded in a "content" field: file.write and file.upload take a WriteFile, file.read and file.download return a FileContent. Stream events (process.exec with stream=true, process.output, workflow.events) arrive before the response as notifications {"jsonrpc": "2.0", "method": "process.event", "params": {"id": <request id>, "event": Event}}. A failed call is a JSON-RPC error with code -32602 for invalid_argument, -32603 for internal and -32000 for every other error, its data the Error object; -32700 (not JSON), -32600 (JSON that is not a Request object, answered with its id when the id can be read), -32601 and -32602 keep their standard meanings. Requests run concurrently and may be answered out of order; batches are accepted. The notification {"jsonrpc": "2.0", "method": "` + api.RPCCancel + `", "params": {"id": <request id>}} cancels a request in flight (a cancelled process.exec kills its process).`

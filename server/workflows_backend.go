@@ -1,0 +1,430 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/moat-sandbox/moat/api"
+	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/sandbox"
+	"github.com/moat-sandbox/moat/workflow/engine"
+)
+
+// The workflow engine's Backend over the Service.
+//
+// Every method is a call of the run's owner (its tenant and actor) through
+// the dispatcher (Service.call, Service.dispatch): the create of a step's
+// sandbox is a sandbox.create (quotas, template or snapshot, policy
+// admission, network, store row, audit), its process a process.exec
+// (judged by the sandbox's policy, held by an ask rule until an approver
+// answers, recorded, audited), its snapshot a snapshot.create, each
+// collected output a file.download, and the sandbox's and snapshot's
+// removal a sandbox.delete and a snapshot.delete. They count against the
+// tenant's quotas like the calls the tenant makes itself.
+//
+// What a step needs that the API cannot say is added by the daemon alone
+// (stepSandbox): the read-only binds of the artifact directories of the
+// steps it takes inputs from (host paths the engine made under the
+// artifact directory: checked, and allowed even when Config.AllowHostPaths
+// is off, for these binds only), the budget it runs in and its
+// environment.
+
+// stepOutputLimit caps each stream of a step's process kept in its result
+// (and so in the run's record); the whole stdout goes to the engine's
+// writer, when it gives one.
+const stepOutputLimit = 64 << 10
+
+// wfBackend implements engine.Backend.
+type wfBackend struct{ s *Service }
+
+var _ engine.Backend = wfBackend{}
+
+// ownerCaller is the caller of a run's calls.
+func ownerCaller(o engine.Owner) Caller { return Caller{Tenant: o.Tenant, Actor: o.Actor} }
+
+// internalInput is the input of a call the daemon makes itself, with its
+// request already made: decode hands over a copy of req (a struct value
+// of the operation's request type).
+func internalInput(req any) *input {
+	return &input{decode: func(v any) error {
+		dst := reflect.ValueOf(v).Elem()
+		src := reflect.ValueOf(req)
+		if src.Type() != dst.Type() {
+			return api.Errorf(api.CodeInternal, "request of type %s, want %s", src.Type(), dst.Type())
+		}
+		dst.Set(src)
+		return nil
+	}}
+}
+
+// millisCeil is d in whole milliseconds, rounded up (0 stays 0).
+func millisCeil(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// isCode reports whether err is an API error of code.
+func isCode(err error, code string) bool {
+	var ae *api.Error
+	return errors.As(err, &ae) && ae.Code == code
+}
+
+// stepSandbox is what a workflow step's sandbox has that a sandbox.create
+// cannot say.
+type stepSandbox struct {
+	// inputs are read-only binds of directories under the engine's
+	// artifact directory (checked by checkStep).
+	inputs []sandbox.Bind
+	// budget is the id of a live budget of the caller's (checked).
+	budget string
+	// env is added to the sandbox's environment (KEY=VALUE; a key already
+	// there takes the new value).
+	env []string
+}
+
+// apply adds what st says to spec, made for the create by its policy. A
+// nil st changes nothing.
+func (st *stepSandbox) apply(spec *sandbox.Spec) {
+	if st == nil {
+		return
+	}
+	binds := slices.Clone(spec.Binds)
+	for _, b := range st.inputs {
+		b.Writable = false
+		binds = append(binds, b)
+	}
+	spec.Binds = binds
+	spec.Budget = st.budget
+	spec.Env = mergeEnv(spec.Env, st.env)
+}
+
+// mergeEnv is base with add's KEY=VALUE pairs, a key of add replacing the
+// same key of base in place.
+func mergeEnv(base, add []string) []string {
+	if len(add) == 0 {
+		return base
+	}
+	out := make([]string, 0, len(base)+len(add))
+	at := map[string]int{}
+	for _, kv := range append(append([]string(nil), base...), add...) {
+		k, _, _ := strings.Cut(kv, "=")
+		if i, ok := at[k]; ok {
+			out[i] = kv
+			continue
+		}
+		at[k] = len(out)
+		out = append(out, kv)
+	}
+	return out
+}
+
+// checkStep checks what st asks for, for caller c: the inputs are
+// read-only binds of directories under the artifact directory (no symlink
+// on the way), at targets a sandbox may have; the budget is a live one of
+// c's tenant.
+func (s *Service) checkStep(c Caller, st *stepSandbox) error {
+	if len(st.inputs) > 0 {
+		if err := (&sandbox.Spec{Binds: st.inputs}).Validate(); err != nil {
+			return err
+		}
+	}
+	for _, b := range st.inputs {
+		if b.Writable {
+			return api.Errorf(api.CodeInvalidArgument, "the input at %s must be read-only", b.Target)
+		}
+		if err := checkArtifactDir(s.wf.dir, b.Source); err != nil {
+			return api.Errorf(api.CodeInvalidArgument, "the input at %s: %v", b.Target, err)
+		}
+	}
+	if st.budget != "" {
+		if _, err := s.wf.budget(c.Tenant, st.budget); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// createStep is the handler of a step's sandbox.create: the handler of the
+// API's, with st put into the spec.
+func (s *Service) createStep(st *stepSandbox) handler {
+	return func(ctx context.Context, c Caller, in *input) (any, error) {
+		req, err := decode[api.CreateSandbox](in)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.checkStep(c, st); err != nil {
+			return nil, err
+		}
+		sb, err := s.doCreateStep(ctx, c, req, nil, st)
+		if err != nil {
+			return nil, err
+		}
+		res := map[string]any{"id": sb.ID, "limits": sb.Enforcement.Limits, "policy": sb.Policy}
+		if len(st.inputs) > 0 {
+			ins := make([]map[string]string, len(st.inputs))
+			for i, b := range st.inputs {
+				// Relative to the artifact directory: the daemon's data
+				// directory is not the tenant's business.
+				src, _ := underDir(s.wf.dir, b.Source)
+				ins[i] = map[string]string{"source": src, "target": b.Target}
+			}
+			res["inputs"] = ins
+		}
+		if st.budget != "" {
+			res["budget"] = st.budget
+		}
+		in.rec.ev.Sandbox = sb.ID
+		in.rec.ev.Result = mustJSON(res)
+		return sb, nil
+	}
+}
+
+// Create makes the sandbox of one attempt of a step, as a sandbox.create
+// of the run's owner.
+func (b wfBackend) Create(ctx context.Context, o engine.Owner, req engine.CreateRequest) (string, error) {
+	creq := api.CreateSandbox{Template: req.Template, Snapshot: req.Snapshot, Limits: req.Limits,
+		TimeoutMs: millisCeil(req.Timeout), Labels: req.Labels, Policy: req.Policy, Network: req.Network}
+	if req.CPUWeight != 0 {
+		creq.Limits.CPUWeight = req.CPUWeight
+	}
+	st := &stepSandbox{inputs: req.Inputs, budget: req.Budget, env: req.Env}
+	resp, err := b.s.dispatch(ctx, ownerCaller(o), api.OpSandboxCreate, b.s.createStep(st), internalInput(creq))
+	if ae := (*api.Error)(nil); errors.As(err, &ae) && ae.Code == api.CodeTooMany {
+		// A quota or a resource of the daemon: room frees up as
+		// sandboxes end, and the engine waits for it.
+		return "", fmt.Errorf("%w: %w", engine.ErrCapacity, err)
+	}
+	if err != nil {
+		return "", err
+	}
+	return resp.(*api.Sandbox).ID, nil
+}
+
+// execStep is the handler of a step's process.exec: the API's, with stdin
+// (nil: none) as the process's standard input and its stdout also copied
+// to stdout (nil: not).
+func (s *Service) execStep(stdin io.Reader, stdout io.Writer) handler {
+	return func(ctx context.Context, c Caller, in *input) (any, error) {
+		req, err := decode[api.Exec](in)
+		if err != nil {
+			return nil, err
+		}
+		p, err := s.execProcess(req)
+		if err != nil {
+			return nil, err
+		}
+		if stdin != nil {
+			p.Stdin = stdin
+		}
+		m, done, err := s.useJudged(ctx, c, in, req, api.OpExec, nil)
+		if err != nil {
+			return nil, err
+		}
+		defer done()
+		return s.runExecWith(ctx, c, in, m, req, nil, func() (*execRun, error) {
+			m.mu.Lock()
+			callID := fmt.Sprintf("%s/c%d", m.info.ID, m.nextCall())
+			m.mu.Unlock()
+			x := s.newExecRun(c, callID, req, p, nil)
+			if stdout != nil {
+				p.Stdout = io.MultiWriter(p.Stdout, stdout)
+			}
+			return x, nil
+		})
+	}
+}
+
+// teeWriter passes writes to w until w fails; it never fails itself (the
+// process's output is still captured), and keeps w's first error.
+type teeWriter struct {
+	mu  sync.Mutex
+	w   io.Writer
+	err error
+}
+
+func (t *teeWriter) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.err == nil {
+		if _, err := t.w.Write(p); err != nil {
+			t.err = err
+		}
+	}
+	return len(p), nil
+}
+
+func (t *teeWriter) failed() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.err
+}
+
+// Exec runs one process in a step's sandbox to its end, as a process.exec
+// of the run's owner. Its result keeps at most stepOutputLimit bytes of
+// each stream; req.Stdout gets the whole stdout. A failure to write to
+// req.Stdout is an error, returned with the result.
+func (b wfBackend) Exec(ctx context.Context, o engine.Owner, sandboxID string, req engine.ExecRequest) (*sandbox.Result, error) {
+	ereq := api.Exec{Sandbox: sandboxID, Args: req.Args, Env: req.Env, TimeoutMs: millisCeil(req.Timeout), OutputLimit: stepOutputLimit}
+	var tee *teeWriter
+	var stdout io.Writer
+	if req.Stdout != nil {
+		tee = &teeWriter{w: req.Stdout}
+		stdout = tee
+	}
+	resp, err := b.s.dispatch(ctx, ownerCaller(o), api.OpExec, b.s.execStep(req.Stdin, stdout), internalInput(ereq))
+	defer releaseAnswer(resp)
+	if err != nil {
+		return nil, err
+	}
+	res, err := answerResult(resp)
+	if err != nil {
+		return nil, err
+	}
+	if tee != nil {
+		if err := tee.failed(); err != nil {
+			return res, fmt.Errorf("copying the stdout of the step's process: %w", err)
+		}
+	}
+	return res, nil
+}
+
+// answerResult is the result an exec answered: the result itself, or an
+// execAnswer (its output still in captures), read whole.
+func answerResult(resp any) (*sandbox.Result, error) {
+	switch r := resp.(type) {
+	case *sandbox.Result:
+		return r, nil
+	case *execAnswer:
+		b, err := r.MarshalJSON()
+		if err != nil {
+			return nil, fmt.Errorf("reading the step's output: %w", err)
+		}
+		var res sandbox.Result
+		if err := json.Unmarshal(b, &res); err != nil {
+			return nil, fmt.Errorf("reading the step's result: %w", err)
+		}
+		return &res, nil
+	case nil:
+		return nil, errors.New("the exec answered no result")
+	}
+	return nil, fmt.Errorf("the exec answered a %T", resp)
+}
+
+// Snapshot captures a step's sandbox, as a snapshot.create of the run's
+// owner.
+func (b wfBackend) Snapshot(ctx context.Context, o engine.Owner, sandboxID string) (string, error) {
+	resp, err := b.s.call(ctx, ownerCaller(o), api.OpSnapshotCreate, internalInput(api.CreateSnapshot{Sandbox: sandboxID}))
+	if err != nil {
+		return "", err
+	}
+	return resp.(*api.Snapshot).ID, nil
+}
+
+// Collect copies paths out of a step's sandbox into dir, each a
+// file.download of the run's owner: see Service.collect.
+func (b wfBackend) Collect(ctx context.Context, o engine.Owner, sandboxID string, paths []string, dir string) ([]api.WorkflowArtifact, error) {
+	return b.s.collect(ctx, ownerCaller(o), sandboxID, paths, dir)
+}
+
+// Delete removes a step's sandbox, as a sandbox.delete of the run's owner;
+// a sandbox already gone is no error.
+func (b wfBackend) Delete(ctx context.Context, o engine.Owner, sandboxID string) error {
+	_, err := b.s.call(ctx, ownerCaller(o), api.OpSandboxDelete, internalInput(api.SandboxRef{Sandbox: sandboxID}))
+	if isCode(err, api.CodeNotFound) {
+		return nil
+	}
+	return err
+}
+
+// DeleteSnapshot removes a snapshot of the run, as a snapshot.delete of
+// the run's owner; a snapshot already gone is no error.
+func (b wfBackend) DeleteSnapshot(ctx context.Context, o engine.Owner, snapshotID string) error {
+	_, err := b.s.call(ctx, ownerCaller(o), api.OpSnapshotDelete, internalInput(api.SnapshotRef{Snapshot: snapshotID}))
+	if isCode(err, api.CodeNotFound) {
+		return nil
+	}
+	return err
+}
+
+// liveBudget is a budget the engine made, and whose.
+type liveBudget struct {
+	tenant, actor string
+	b             sandbox.Budget
+	limits        sandbox.Limits
+}
+
+// budget returns tenant's live budget id; another tenant's is not_found.
+func (w *workflows) budget(tenant, id string) (*liveBudget, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	lb := w.budgets[id]
+	if lb == nil || lb.tenant != tenant {
+		return nil, api.Errorf(api.CodeNotFound, "no budget %q", id)
+	}
+	return lb, nil
+}
+
+// NewBudget makes a group's budget through the runtime (sandbox.Budgeter).
+// Its release removes it, and writes a workflow.budget audit event with
+// the CPU time its sandboxes used.
+func (b wfBackend) NewBudget(ctx context.Context, o engine.Owner, id string, l sandbox.Limits) (func(), error) {
+	rt, ok := b.s.cfg.Runtime.(sandbox.Budgeter)
+	if !ok {
+		return nil, fmt.Errorf("budget %s: this runtime cannot make budgets: %w", id, sandbox.ErrUnsupported)
+	}
+	w := b.s.wf
+	w.mu.Lock()
+	if w.budgets[id] != nil {
+		w.mu.Unlock()
+		return nil, fmt.Errorf("budget %s exists already", id)
+	}
+	// Reserved while the runtime makes it.
+	lb := &liveBudget{tenant: o.Tenant, actor: o.Actor, limits: l}
+	w.budgets[id] = lb
+	w.mu.Unlock()
+	bud, err := rt.NewBudget(id, l)
+	if err != nil {
+		w.mu.Lock()
+		delete(w.budgets, id)
+		w.mu.Unlock()
+		return nil, fmt.Errorf("budget %s: %w", id, err)
+	}
+	w.mu.Lock()
+	lb.b = bud
+	w.mu.Unlock()
+	start := time.Now()
+	var once sync.Once
+	return func() {
+		once.Do(func() { b.s.releaseBudget(id, lb, start) })
+	}, nil
+}
+
+// releaseBudget removes budget id and audits what it used.
+func (s *Service) releaseBudget(id string, lb *liveBudget, start time.Time) {
+	cpu, cerr := lb.b.CPUTime()
+	err := lb.b.Close()
+	if err != nil {
+		s.log.Error("removing a workflow budget", "budget", id, "err", err)
+	}
+	s.wf.mu.Lock()
+	delete(s.wf.budgets, id)
+	s.wf.mu.Unlock()
+	res := map[string]any{}
+	if cerr == nil {
+		res["cpu_ms"] = cpu.Milliseconds()
+	}
+	ev := audit.Event{Kind: "workflow.budget", Tenant: lb.tenant, Actor: lb.actor,
+		Request: mustJSON(map[string]any{"budget": id, "limits": lb.limits}), Result: mustJSON(res),
+		DurationMs: time.Since(start).Milliseconds(), Error: errString(errors.Join(cerr, err))}
+	s.record(ev)
+}

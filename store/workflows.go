@@ -1,0 +1,223 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// WorkflowRun is one workflow run's row. The store keeps the engine's
+// record of the run whole (Record) and, beside it, the columns it lists
+// and filters by.
+type WorkflowRun struct {
+	// ID identifies the run across all tenants; it must not be empty.
+	ID string
+	// Tenant owns the run; it is matched exactly, as for sandboxes.
+	Tenant string
+	// Name is the run's name in listings.
+	Name string
+	// State is the run's state (api.RunPending … api.RunCancelled); it
+	// must not be empty. Runs in state "pending" or "running" are the
+	// unfinished ones (UnfinishedWorkflowRuns).
+	State string
+	// Created and Updated must be set.
+	Created, Updated time.Time
+	// Record is the engine's record of the run; it must be valid JSON.
+	Record json.RawMessage
+}
+
+// WorkflowEvent is one event of a run.
+type WorkflowEvent struct {
+	// Seq numbers the run's events from 1.
+	Seq uint64
+	// Body is the event; it must be valid JSON.
+	Body json.RawMessage
+}
+
+// Unfinished workflow run states (the api package's, which the store does
+// not import).
+const (
+	workflowPending = "pending"
+	workflowRunning = "running"
+)
+
+const workflowCols = `id, tenant, name, state, created, updated, record`
+
+// PutWorkflowRun inserts r, or replaces every field of the run with its
+// ID; the run's events are kept. It refuses to move an existing run to
+// another tenant. The write is group-committed with other writes and on
+// disk when it returns nil.
+func (s *Store) PutWorkflowRun(ctx context.Context, r *WorkflowRun) error {
+	if r == nil {
+		return errors.New("store: put workflow run: nil run")
+	}
+	if err := s.putWorkflowRun(ctx, r); err != nil {
+		return fmt.Errorf("store: put workflow run %q: %w", r.ID, writeErr(s.Dir(), err))
+	}
+	return nil
+}
+
+func (s *Store) putWorkflowRun(ctx context.Context, r *WorkflowRun) error {
+	if r.ID == "" {
+		return errors.New("empty id")
+	}
+	if r.State == "" {
+		return errors.New("empty state")
+	}
+	created, err := nanos(r.Created, "created")
+	if err != nil {
+		return err
+	}
+	updated, err := nanos(r.Updated, "updated")
+	if err != nil {
+		return err
+	}
+	if r.Record == nil || !json.Valid(r.Record) {
+		return errors.New("record is not valid JSON")
+	}
+	return s.inBatch(ctx, func(tx *sql.Tx) error {
+		res, err := tx.Exec(`INSERT INTO workflow_runs (`+workflowCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (id) DO UPDATE SET name = excluded.name, state = excluded.state,
+				created = excluded.created, updated = excluded.updated, record = excluded.record
+			WHERE workflow_runs.tenant = excluded.tenant`,
+			r.ID, r.Tenant, r.Name, r.State, created, updated, string(r.Record))
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return errors.New("the id belongs to another tenant")
+		}
+		return nil
+	})
+}
+
+// AppendWorkflowEvents adds events to the run run, in one transaction.
+// The run's row need not exist yet (the workflow engine journals a
+// transition's events before the run's record), so the caller checks the
+// run is its tenant's before it reads them (GetWorkflowRun). An event
+// whose Seq the run already has replaces it: the last write of a number
+// wins.
+func (s *Store) AppendWorkflowEvents(ctx context.Context, run string, evs []WorkflowEvent) error {
+	if err := s.appendWorkflowEvents(ctx, run, evs); err != nil {
+		return fmt.Errorf("store: append events of workflow run %q: %w", run, writeErr(s.Dir(), err))
+	}
+	return nil
+}
+
+func (s *Store) appendWorkflowEvents(ctx context.Context, run string, evs []WorkflowEvent) error {
+	if run == "" {
+		return errors.New("empty run id")
+	}
+	if len(evs) == 0 {
+		return nil
+	}
+	for _, ev := range evs {
+		if ev.Seq == 0 || ev.Seq > 1<<63-1 {
+			return fmt.Errorf("event sequence number %d is out of range", ev.Seq)
+		}
+		if !json.Valid(ev.Body) {
+			return fmt.Errorf("event %d is not valid JSON", ev.Seq)
+		}
+	}
+	return s.inBatch(ctx, func(tx *sql.Tx) error {
+		// A SAVEPOINT makes the events one unit inside the group commit:
+		// a failure part-way leaves none of them.
+		if _, err := tx.Exec(`SAVEPOINT events`); err != nil {
+			return err
+		}
+		for _, ev := range evs {
+			_, err := tx.Exec(`INSERT INTO workflow_events (run, seq, body) VALUES (?, ?, ?)
+				ON CONFLICT (run, seq) DO UPDATE SET body = excluded.body`, run, int64(ev.Seq), string(ev.Body))
+			if err != nil {
+				_, _ = tx.Exec(`ROLLBACK TO events`)
+				_, _ = tx.Exec(`RELEASE events`)
+				return err
+			}
+		}
+		_, err := tx.Exec(`RELEASE events`)
+		return err
+	})
+}
+
+func scanWorkflowRun(r scanner, w *WorkflowRun) error {
+	var created, updated int64
+	var record string
+	if err := r.Scan(&w.ID, &w.Tenant, &w.Name, &w.State, &created, &updated, &record); err != nil {
+		return err
+	}
+	w.Created, w.Updated, w.Record = fromNanos(created), fromNanos(updated), json.RawMessage(record)
+	return nil
+}
+
+// GetWorkflowRun returns the run id of tenant, or an error wrapping
+// ErrNotFound if there is none (or it belongs to another tenant).
+func (s *Store) GetWorkflowRun(ctx context.Context, tenant, id string) (*WorkflowRun, error) {
+	if id == "" {
+		return nil, errors.New("store: get workflow run: empty id")
+	}
+	return getRow(s.r.QueryRowContext(ctx, `SELECT `+workflowCols+` FROM workflow_runs WHERE id = ? AND tenant = ?`, id, tenant),
+		scanWorkflowRun, "workflow run", id)
+}
+
+// ListWorkflowRuns returns the tenant's runs in state ("" for any), newest
+// (by Created) first, at most limit of them (see DefaultLimit and
+// MaxLimit).
+func (s *Store) ListWorkflowRuns(ctx context.Context, tenant, state string, limit int) ([]WorkflowRun, error) {
+	limit = clampLimit(limit)
+	var rows *sql.Rows
+	var err error
+	if state == "" {
+		rows, err = s.r.QueryContext(ctx, `SELECT `+workflowCols+` FROM workflow_runs WHERE tenant = ?
+			ORDER BY created DESC, rowid DESC LIMIT ?`, tenant, limit)
+	} else {
+		rows, err = s.r.QueryContext(ctx, `SELECT `+workflowCols+` FROM workflow_runs WHERE tenant = ? AND state = ?
+			ORDER BY created DESC, rowid DESC LIMIT ?`, tenant, state, limit)
+	}
+	out, err := scanRows(rows, err, scanWorkflowRun)
+	if err != nil {
+		return nil, fmt.Errorf("store: list workflow runs: %w", err)
+	}
+	return out, nil
+}
+
+// UnfinishedWorkflowRuns returns every run, of any tenant, in state
+// "pending" or "running", oldest first: the runs a daemon that stopped
+// left in flight, which its successor takes up again.
+func (s *Store) UnfinishedWorkflowRuns(ctx context.Context) ([]WorkflowRun, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+workflowCols+` FROM workflow_runs
+		WHERE state IN (?, ?) ORDER BY created, rowid`, workflowPending, workflowRunning)
+	out, err := scanRows(rows, err, scanWorkflowRun)
+	if err != nil {
+		return nil, fmt.Errorf("store: list unfinished workflow runs: %w", err)
+	}
+	return out, nil
+}
+
+// WorkflowEvents returns the events of run after the sequence number
+// after, in order, at most limit of them (see DefaultLimit and MaxLimit).
+// The caller has checked that the run is its tenant's (GetWorkflowRun).
+func (s *Store) WorkflowEvents(ctx context.Context, run string, after uint64, limit int) ([]WorkflowEvent, error) {
+	if after > 1<<63-1 {
+		return []WorkflowEvent{}, nil
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT seq, body FROM workflow_events WHERE run = ? AND seq > ?
+		ORDER BY seq LIMIT ?`, run, int64(after), clampLimit(limit))
+	out, err := scanRows(rows, err, func(r scanner, ev *WorkflowEvent) error {
+		var seq int64
+		var body string
+		if err := r.Scan(&seq, &body); err != nil {
+			return err
+		}
+		ev.Seq, ev.Body = uint64(seq), json.RawMessage(body)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: workflow events of %q: %w", run, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,136 @@
+// Package engine runs workflow plans: it schedules the steps of a
+// workflow.Plan on sandboxes through a Backend (sequential chains,
+// parallel groups under a semaphore and a budget, concurrent groups by
+// priority), retries failed steps from the snapshot they started from,
+// streams one step's stdout into another's stdin, passes outputs as
+// read-only inputs, and journals every transition so that a run survives
+// a restart of its daemon. It imports api, sandbox and workflow of moat;
+// the server implements Backend and Journal.
+package engine
+
+import (
+	"context"
+	"io"
+	"time"
+
+	"github.com/moat-sandbox/moat/api"
+	"github.com/moat-sandbox/moat/sandbox"
+)
+
+// Backend is what the engine runs steps on: the daemon's sandboxes, seen
+// as the run's tenant. Every method is called with the run's Owner and
+// judged, recorded and audited by the backend as a call of that tenant.
+type Backend interface {
+	// Create makes the sandbox of one attempt of a step and returns its
+	// id once it is ready.
+	Create(ctx context.Context, o Owner, req CreateRequest) (string, error)
+	// Exec runs one process to completion in the sandbox: stdin (nil =
+	// none) streams into it, its stdout is captured into the result and
+	// also copied to stdout when that is not nil.
+	Exec(ctx context.Context, o Owner, sandboxID string, req ExecRequest) (*sandbox.Result, error)
+	// Snapshot pauses the sandbox, captures its filesystem and returns
+	// the snapshot's id.
+	Snapshot(ctx context.Context, o Owner, sandboxID string) (string, error)
+	// Collect copies the given absolute paths (files or directories) out
+	// of the sandbox into dir, an empty host directory the engine owns,
+	// without following a symlink of the sandbox, and lists the regular
+	// files it wrote with their sizes and sha256. A missing path is an
+	// error.
+	Collect(ctx context.Context, o Owner, sandboxID string, paths []string, dir string) ([]api.WorkflowArtifact, error)
+	// Delete removes a sandbox (idempotent: a gone sandbox is no error).
+	Delete(ctx context.Context, o Owner, sandboxID string) error
+	// DeleteSnapshot removes a snapshot the run no longer needs
+	// (idempotent).
+	DeleteSnapshot(ctx context.Context, o Owner, snapshotID string) error
+	// NewBudget makes the parent cgroup of a group's budget; the sandboxes
+	// created with its id in CreateRequest.Budget run inside it. Release
+	// removes it once no sandbox of it is left. A backend without budgets
+	// returns an error wrapping sandbox.ErrUnsupported, and the group's
+	// steps fail rather than run unbounded.
+	NewBudget(ctx context.Context, o Owner, id string, l sandbox.Limits) (release func(), err error)
+}
+
+// Owner is who a run belongs to: the tenant its calls count against and
+// the actor the audit names.
+type Owner struct {
+	Tenant string `json:"tenant"`
+	Actor  string `json:"actor,omitempty"`
+}
+
+// CreateRequest is the sandbox of one attempt of a step.
+type CreateRequest struct {
+	// Template names the template of a fresh sandbox; Snapshot, when set,
+	// starts the sandbox from that snapshot instead (Template is then its
+	// template or empty).
+	Template string
+	Snapshot string
+	Limits   sandbox.Limits
+	Env      []string
+	Policy   *api.CallRules
+	Network  *api.Network
+	// Inputs are host directories (artifact directories of earlier
+	// steps, owned by the engine) bound read-only at their targets.
+	Inputs []sandbox.Bind
+	// Budget is the id of a budget made by NewBudget ("" for none);
+	// CPUWeight is the sandbox's CPU weight inside it (1-10000, cgroup v2
+	// cpu.weight units; 0 = the runtime's default), from the priority.
+	Budget    string
+	CPUWeight int
+	// Timeout bounds the sandbox's life (0 = the backend's default).
+	Timeout time.Duration
+	Labels  map[string]string
+}
+
+// ExecRequest is the process of one attempt.
+type ExecRequest struct {
+	Args    []string
+	Env     []string
+	Timeout time.Duration
+	Stdin   io.Reader
+	Stdout  io.Writer
+}
+
+// Journal keeps runs durable: the engine saves a run's whole state at
+// every transition and appends its events; after a restart it lists the
+// runs that were not finished and takes them up again.
+type Journal interface {
+	// SaveRun writes the run's state (insert or replace). doc is the
+	// run's document and plan state, opaque to the journal.
+	SaveRun(ctx context.Context, r *Record) error
+	// AppendEvents adds events to a run (their Seq already set).
+	AppendEvents(ctx context.Context, run string, evs []api.WorkflowEvent) error
+	// Events returns a run's events after seq, up to limit.
+	Events(ctx context.Context, run string, after uint64, limit int) ([]api.WorkflowEvent, error)
+	// LoadRun returns one run of the owner's tenant (an error wrapping
+	// ErrNotFound when there is none).
+	LoadRun(ctx context.Context, tenant, run string) (*Record, error)
+	// ListRuns lists a tenant's runs, newest first (state "" = any).
+	ListRuns(ctx context.Context, tenant, state string, limit int) ([]*Record, error)
+	// Unfinished returns every run whose state is pending or running.
+	Unfinished(ctx context.Context) ([]*Record, error)
+}
+
+// Record is a run as the journal keeps it.
+type Record struct {
+	Owner Owner `json:"owner"`
+	// Run is the run's state as the API shows it.
+	Run api.WorkflowRun `json:"run"`
+	// Document is the workflow document as submitted.
+	Document string `json:"document"`
+	// Added are steps added to concurrent groups while the run ran, as
+	// submitted (group id and the step's JSON), in order.
+	Added []AddedStep `json:"added,omitempty"`
+	// LastSeq is the sequence number of the run's last event.
+	LastSeq uint64 `json:"last_seq"`
+	// Tries counts, per step id, the failed attempts of the step's current
+	// round (since the run started or the step was last reset by a resume
+	// or a retry from scratch): the part of its retry budget used. Kept by
+	// the engine; a journal stores it with the rest of the record.
+	Tries map[string]int `json:"tries,omitempty"`
+}
+
+// AddedStep is a step added to a concurrent group through the API.
+type AddedStep struct {
+	Group string `json:"group"`
+	Step  []byte `json:"step"`
+}
