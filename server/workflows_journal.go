@@ -61,15 +61,23 @@ func (j *wfJournal) run(id string) *journaledRun {
 	return jr
 }
 
-// SaveRun writes r's row (insert or replace) and audits the ends it
-// records.
-func (j *wfJournal) SaveRun(ctx context.Context, r *engine.Record) error {
+// SaveRun writes r's row (insert or replace) with evs, in one write, and
+// audits the ends it records.
+func (j *wfJournal) SaveRun(ctx context.Context, r *engine.Record, evs []api.WorkflowEvent) error {
 	if r == nil || r.Run.ID == "" {
 		return errors.New("workflow journal: a record without a run id")
 	}
 	body, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("workflow journal: encoding run %s: %w", r.Run.ID, err)
+	}
+	rows := make([]store.WorkflowEvent, len(evs))
+	for i, ev := range evs {
+		b, err := json.Marshal(ev)
+		if err != nil {
+			return fmt.Errorf("workflow journal: encoding an event of %s: %w", r.Run.ID, err)
+		}
+		rows[i] = store.WorkflowEvent{Seq: ev.Seq, Body: b}
 	}
 	updated := r.Run.Updated
 	if updated.IsZero() {
@@ -87,7 +95,7 @@ func (j *wfJournal) SaveRun(ctx context.Context, r *engine.Record) error {
 	}
 	defer j.s.slow("store put workflow run", time.Now())
 	if err := j.s.cfg.Store.PutWorkflowRun(ctx, &store.WorkflowRun{ID: r.Run.ID, Tenant: r.Owner.Tenant, Name: r.Run.Name,
-		State: r.Run.State, Created: created, Updated: updated, Record: body}); err != nil {
+		State: r.Run.State, Created: created, Updated: updated, Record: body}, rows...); err != nil {
 		return err
 	}
 	j.auditEnds(r, jr)
@@ -197,20 +205,6 @@ func runEvent(o engine.Owner, run *api.WorkflowRun) audit.Event {
 		ev.DurationMs = run.Ended.Sub(run.Created).Milliseconds()
 	}
 	return ev
-}
-
-// AppendEvents adds events to a run whose record is saved.
-func (j *wfJournal) AppendEvents(ctx context.Context, run string, evs []api.WorkflowEvent) error {
-	rows := make([]store.WorkflowEvent, len(evs))
-	for i, ev := range evs {
-		b, err := json.Marshal(ev)
-		if err != nil {
-			return fmt.Errorf("workflow journal: encoding an event of %s: %w", run, err)
-		}
-		rows[i] = store.WorkflowEvent{Seq: ev.Seq, Body: b}
-	}
-	defer j.s.slow("store append workflow events", time.Now())
-	return j.s.cfg.Store.AppendWorkflowEvents(ctx, run, rows)
 }
 
 // Events returns a run's events after seq, up to limit.

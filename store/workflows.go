@@ -47,20 +47,22 @@ const (
 const workflowCols = `id, tenant, name, state, created, updated, record`
 
 // PutWorkflowRun inserts r, or replaces every field of the run with its
-// ID; the run's events are kept. It refuses to move an existing run to
-// another tenant. The write is group-committed with other writes and on
-// disk when it returns nil.
-func (s *Store) PutWorkflowRun(ctx context.Context, r *WorkflowRun) error {
+// ID, and adds evs to its events, in one transaction (one fsync for a
+// transition of a run: its state and what happened); the run's earlier
+// events are kept. It refuses to move an existing run to another tenant.
+// The write is group-committed with other writes and on disk when it
+// returns nil.
+func (s *Store) PutWorkflowRun(ctx context.Context, r *WorkflowRun, evs ...WorkflowEvent) error {
 	if r == nil {
 		return errors.New("store: put workflow run: nil run")
 	}
-	if err := s.putWorkflowRun(ctx, r); err != nil {
+	if err := s.putWorkflowRun(ctx, r, evs); err != nil {
 		return fmt.Errorf("store: put workflow run %q: %w", r.ID, writeErr(s.Dir(), err))
 	}
 	return nil
 }
 
-func (s *Store) putWorkflowRun(ctx context.Context, r *WorkflowRun) error {
+func (s *Store) putWorkflowRun(ctx context.Context, r *WorkflowRun, evs []WorkflowEvent) error {
 	if r.ID == "" {
 		return errors.New("empty id")
 	}
@@ -78,22 +80,43 @@ func (s *Store) putWorkflowRun(ctx context.Context, r *WorkflowRun) error {
 	if r.Record == nil || !json.Valid(r.Record) {
 		return errors.New("record is not valid JSON")
 	}
+	if err := checkWorkflowEvents(evs); err != nil {
+		return err
+	}
 	return s.inBatch(ctx, func(tx *sql.Tx) error {
-		res, err := tx.Exec(`INSERT INTO workflow_runs (`+workflowCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (id) DO UPDATE SET name = excluded.name, state = excluded.state,
-				created = excluded.created, updated = excluded.updated, record = excluded.record
-			WHERE workflow_runs.tenant = excluded.tenant`,
-			r.ID, r.Tenant, r.Name, r.State, created, updated, string(r.Record))
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if n == 0 {
-			return errors.New("the id belongs to another tenant")
-		}
-		return nil
+		return unit(tx, "put_run", func() error {
+			res, err := tx.Exec(`INSERT INTO workflow_runs (`+workflowCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)
+				ON CONFLICT (id) DO UPDATE SET name = excluded.name, state = excluded.state,
+					created = excluded.created, updated = excluded.updated, record = excluded.record
+				WHERE workflow_runs.tenant = excluded.tenant`,
+				r.ID, r.Tenant, r.Name, r.State, created, updated, string(r.Record))
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n == 0 {
+				return errors.New("the id belongs to another tenant")
+			}
+			return insertWorkflowEvents(tx, r.ID, evs)
+		})
 	})
+}
+
+// unit runs fn inside a SAVEPOINT of tx: one write of a group commit that
+// fails part-way leaves nothing of itself, and the other writes of the
+// batch commit.
+func unit(tx *sql.Tx, name string, fn func() error) error {
+	if _, err := tx.Exec(`SAVEPOINT ` + name); err != nil {
+		return err
+	}
+	if err := fn(); err != nil {
+		_, _ = tx.Exec(`ROLLBACK TO ` + name)
+		_, _ = tx.Exec(`RELEASE ` + name)
+		return err
+	}
+	_, err := tx.Exec(`RELEASE ` + name)
+	return err
 }
 
 // AppendWorkflowEvents adds events to the run run, in one transaction.
@@ -116,6 +139,14 @@ func (s *Store) appendWorkflowEvents(ctx context.Context, run string, evs []Work
 	if len(evs) == 0 {
 		return nil
 	}
+	if err := checkWorkflowEvents(evs); err != nil {
+		return err
+	}
+	return s.inBatch(ctx, func(tx *sql.Tx) error { return insertWorkflowEvents(tx, run, evs) })
+}
+
+// checkWorkflowEvents refuses events a run cannot keep.
+func checkWorkflowEvents(evs []WorkflowEvent) error {
 	for _, ev := range evs {
 		if ev.Seq == 0 || ev.Seq > 1<<63-1 {
 			return fmt.Errorf("event sequence number %d is out of range", ev.Seq)
@@ -124,23 +155,23 @@ func (s *Store) appendWorkflowEvents(ctx context.Context, run string, evs []Work
 			return fmt.Errorf("event %d is not valid JSON", ev.Seq)
 		}
 	}
-	return s.inBatch(ctx, func(tx *sql.Tx) error {
-		// A SAVEPOINT makes the events one unit inside the group commit:
-		// a failure part-way leaves none of them.
-		if _, err := tx.Exec(`SAVEPOINT events`); err != nil {
-			return err
-		}
+	return nil
+}
+
+// insertWorkflowEvents writes evs of run in tx, as one unit.
+func insertWorkflowEvents(tx *sql.Tx, run string, evs []WorkflowEvent) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	return unit(tx, "events", func() error {
 		for _, ev := range evs {
 			_, err := tx.Exec(`INSERT INTO workflow_events (run, seq, body) VALUES (?, ?, ?)
 				ON CONFLICT (run, seq) DO UPDATE SET body = excluded.body`, run, int64(ev.Seq), string(ev.Body))
 			if err != nil {
-				_, _ = tx.Exec(`ROLLBACK TO events`)
-				_, _ = tx.Exec(`RELEASE events`)
 				return err
 			}
 		}
-		_, err := tx.Exec(`RELEASE events`)
-		return err
+		return nil
 	})
 }
 
@@ -186,11 +217,14 @@ func (s *Store) ListWorkflowRuns(ctx context.Context, tenant, state string, limi
 }
 
 // UnfinishedWorkflowRuns returns every run, of any tenant, in state
-// "pending" or "running", oldest first: the runs a daemon that stopped
-// left in flight, which its successor takes up again.
+// "pending" or "running", and every run whose record (JSON) has a
+// non-empty "garbage" list (an ended run with snapshots still to delete),
+// oldest first: what a daemon that stopped left in flight, which its
+// successor takes up again.
 func (s *Store) UnfinishedWorkflowRuns(ctx context.Context) ([]WorkflowRun, error) {
 	rows, err := s.r.QueryContext(ctx, `SELECT `+workflowCols+` FROM workflow_runs
-		WHERE state IN (?, ?) ORDER BY created, rowid`, workflowPending, workflowRunning)
+		WHERE state IN (?, ?) OR json_array_length(record, '$.garbage') > 0
+		ORDER BY created, rowid`, workflowPending, workflowRunning)
 	out, err := scanRows(rows, err, scanWorkflowRun)
 	if err != nil {
 		return nil, fmt.Errorf("store: list unfinished workflow runs: %w", err)

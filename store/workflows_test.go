@@ -303,3 +303,46 @@ func TestWorkflowConcurrentWrites(t *testing.T) {
 		}
 	}
 }
+
+// A run's state and the events of its transition are one write: both land
+// together, and a refused state (the id is another tenant's) leaves none
+// of its events.
+func TestWorkflowRunWithEvents(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTest(t)
+	body := func(s string) json.RawMessage { return json.RawMessage(`{"type":"` + s + `"}`) }
+	if err := s.PutWorkflowRun(ctx, wfRun("wf-1", "a", "running", t0), WorkflowEvent{Seq: 1, Body: body("run.started")}); err != nil {
+		t.Fatal(err)
+	}
+	if evs, err := s.WorkflowEvents(ctx, "wf-1", 0, 10); err != nil || len(evs) != 1 {
+		t.Fatalf("events after the put: %v %v", evs, err)
+	}
+	err := s.PutWorkflowRun(ctx, wfRun("wf-1", "b", "running", t0), WorkflowEvent{Seq: 2, Body: body("forged")})
+	if err == nil {
+		t.Fatal("another tenant's put of wf-1 was taken")
+	}
+	if evs, err := s.WorkflowEvents(ctx, "wf-1", 0, 10); err != nil || len(evs) != 1 {
+		t.Fatalf("a refused put left events: %v %v", evs, err)
+	}
+	if err := s.PutWorkflowRun(ctx, wfRun("wf-1", "a", "running", t0), WorkflowEvent{Seq: 2, Body: json.RawMessage(`{`)}); err == nil {
+		t.Fatal("an event that is not JSON was taken")
+	}
+}
+
+// An ended run whose record still lists garbage is unfinished business.
+func TestWorkflowRunGarbageUnfinished(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTest(t)
+	clean := wfRun("wf-1", "a", "succeeded", t0)
+	dirty := wfRun("wf-2", "a", "succeeded", t0)
+	dirty.Record = json.RawMessage(`{"run":{"id":"wf-2","state":"succeeded"},"garbage":["snap-1"]}`)
+	done := wfRun("wf-3", "a", "succeeded", t0)
+	done.Record = json.RawMessage(`{"run":{"id":"wf-3","state":"succeeded"},"garbage":[]}`)
+	for _, r := range []*WorkflowRun{clean, dirty, done} {
+		mustPutRun(t, s, r)
+	}
+	l, err := s.UnfinishedWorkflowRuns(ctx)
+	if err != nil || !slices.Equal(runIDs(l), []string{"wf-2"}) {
+		t.Fatalf("unfinished: %v %v", runIDs(l), err)
+	}
+}

@@ -103,15 +103,15 @@ func (b *bench) rounds(ctx context.Context) {
 	b.rows[schema.WorkflowBaselineExec] = newRow(schema.WorkflowBaselineExec,
 		"cold API create carrying the exec of `/bin/true`: one request (informational)", 0)
 	b.rows[schema.WorkflowChainLight] = newRow(schema.WorkflowChainLight,
-		fmt.Sprintf("%d-step sequential chain, each step from its predecessor's light snapshot: submit → run succeeded", steps), steps)
+		fmt.Sprintf("%d-step sequential chain, each step from its predecessor's light snapshot: submit → the run.succeeded event at the client", steps), steps)
 	b.rows[schema.WorkflowChainNone] = newRow(schema.WorkflowChainNone,
-		fmt.Sprintf("the same %d steps with snapshot none and no from (each a fresh sandbox): submit → run succeeded", steps), steps)
+		fmt.Sprintf("the same %d steps with snapshot none and no from (each a fresh sandbox): submit → the run.succeeded event at the client", steps), steps)
 	b.rows[schema.WorkflowRetry] = newRow(schema.WorkflowRetry,
 		fmt.Sprintf("retry of step %d of a %d-step chain from its snapshot: the failed attempt's end → the step's success", retrySteps, retrySteps), 0)
 	b.rows[schema.WorkflowRetryRun] = newRow(schema.WorkflowRetryRun,
-		fmt.Sprintf("that %d-step run, the retry included: submit → run succeeded", retrySteps), retrySteps)
+		fmt.Sprintf("that %d-step run, the retry included: submit → the run.succeeded event at the client", retrySteps), retrySteps)
 	b.rows[schema.WorkflowScratch] = newRow(schema.WorkflowScratch,
-		fmt.Sprintf("the same %d steps run afresh from scratch, every step passing: submit → run succeeded", retrySteps), retrySteps)
+		fmt.Sprintf("the same %d steps run afresh from scratch, every step passing: submit → the run.succeeded event at the client", retrySteps), retrySteps)
 	b.rows[schema.WorkflowChainLight].Check = fmt.Sprintf("step k printed k lines of the chain's file (the state carried through %d snapshots)", steps-1)
 	b.rows[schema.WorkflowChainNone].Check = "every step printed 1 (each started fresh)"
 	b.rows[schema.WorkflowRetry].Check = "the second attempt started from the same snapshot as the first and saw the predecessor's files, not the failed attempt's"

@@ -35,9 +35,16 @@ func (b *bench) runWorkflow(ctx context.Context, doc string, timeout time.Durati
 	out := &outcome{}
 	_, err = b.c.WorkflowEvents(cctx, api.WorkflowEvents{Run: started.ID, Follow: true}, func(ev api.WorkflowEvent) error {
 		out.events = append(out.events, ev)
+		if ev.Type == api.WfRunSucceeded || ev.Type == api.WfRunFailed || ev.Type == api.WfRunCancelled {
+			// The run's result, as its follower learns it; the stream
+			// ends after the run's clean-up (its light snapshots).
+			out.wall = time.Since(t0)
+		}
 		return nil
 	})
-	out.wall = time.Since(t0)
+	if out.wall == 0 {
+		out.wall = time.Since(t0)
+	}
 	if err != nil {
 		return out, fmt.Errorf("run %s: following its events: %w", started.ID, err)
 	}

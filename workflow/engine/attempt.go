@@ -63,6 +63,11 @@ type outcome struct {
 	err       error
 	snapshot  string
 	artifacts []api.WorkflowArtifact
+	// sandbox is the attempt's sandbox, deleted once the attempt's end
+	// is recorded; budget the budget it ran in (nil for none), whose
+	// hold is let go after that delete.
+	sandbox string
+	budget  *budgetSlot
 }
 
 // start begins the next attempt of a ready step: it records the attempt
@@ -110,6 +115,7 @@ func (r *run) start(rt *stepRT, now time.Time) {
 	ctx, cancel := context.WithCancel(r.ctx)
 	rt.cancel = cancel
 	r.e.wg.Add(1)
+	r.attempts.Add(1)
 	go r.attempt(ctx, sp)
 }
 
@@ -226,10 +232,21 @@ func (r *run) stepDir(step string) (string, error) {
 	return r.e.o.ArtifactDir + "/" + r.id + "/" + step, nil
 }
 
-// attempt runs one attempt and reports how it ended.
+// attempt runs one attempt and reports how it ended. The sandbox is
+// deleted after the report, off the path of the steps that wait for this
+// one (a chain's next step starts meanwhile); a budget is released only
+// once every sandbox that ran in it is deleted (budgetSlot.close waits).
 func (r *run) attempt(ctx context.Context, sp *spec) {
 	defer r.e.wg.Done()
-	r.report(sp, r.execute(ctx, sp))
+	defer r.attempts.Done()
+	out := r.execute(ctx, sp)
+	r.report(sp, out)
+	if out.sandbox != "" {
+		r.deleteSandbox(ctx, out.sandbox)
+	}
+	if out.budget != nil {
+		out.budget.let()
+	}
 }
 
 // execute runs the attempt: budget, sandbox, process, snapshot, outputs.
@@ -258,6 +275,7 @@ func (r *run) execute(ctx context.Context, sp *spec) (out outcome) {
 		if err != nil {
 			return fail(fmt.Errorf("budget of group %s: %w", sp.budgetGroup, err))
 		}
+		out.budget = sp.budget
 		if made {
 			r.note(func() {
 				r.emit(api.WorkflowEvent{Type: api.WfGroupBudget, Group: sp.budgetGroup, Message: describeBudget(sp.budget.id, sp.budget.limits)})
@@ -268,8 +286,8 @@ func (r *run) execute(ctx context.Context, sp *spec) (out outcome) {
 	if err != nil {
 		return fail(fmt.Errorf("create sandbox: %w", err))
 	}
-	defer r.deleteSandbox(ctx, id)
-	r.note(func() {
+	out.sandbox = id
+	r.noteSoon(func() {
 		if a := attemptOf(r.step(sp.step), sp.attempt); a != nil {
 			a.Sandbox = id
 		}
@@ -381,8 +399,11 @@ func (r *run) deleteSandbox(ctx context.Context, id string) {
 	r.e.capacity.freed()
 }
 
-// note applies a change made while an attempt runs and journals it
-// (unless the engine is closing).
+// note applies a change made while an attempt runs (unless the engine is
+// closing). Its state and events are journalled with the next commit (the
+// attempt's end), so that an attempt costs three durable writes (start,
+// sandbox, end) whatever else it does; a crash before the end loses at
+// most a snapshot taken just before it (left in the store, unreferenced).
 func (r *run) note(f func()) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -390,7 +411,30 @@ func (r *run) note(f func()) {
 		return
 	}
 	f()
-	r.commit()
+}
+
+// noteSoon is note, journalled at once but not waited for: the attempt's
+// sandbox, which Recover deletes if the daemon stops while it lives. The
+// attempt goes on (its process starts) while the write is made.
+func (r *run) noteSoon(f func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closing() {
+		return
+	}
+	f()
+	r.e.wg.Add(1)
+	go func() {
+		defer r.e.wg.Done()
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		// Also when the engine closes meanwhile: the state journalled
+		// is still this attempt running, now with its sandbox, which is
+		// what Recover needs.
+		if len(r.batch) > 0 {
+			r.commit()
+		}
+	}()
 }
 
 // report records how an attempt ended: success, a retry (after its
@@ -465,6 +509,14 @@ func (r *run) report(sp *spec, out outcome) {
 			Type: api.WfStepRetrying, Step: sp.step, Group: sp.group, Attempt: sp.attempt, Result: out.result,
 			Message: fmt.Sprintf("%s; retry %d of %d in %s, %s", msg, tries, rt.ps.Retry.Attempts-1, wait, how),
 		})
+	}
+	if st.State != api.StepFailed && !r.cancelled && r.ctx.Err() == nil {
+		// What this end lets start (the next step of a chain, a retry
+		// without backoff) starts now, journalled in the same write as
+		// the end: a handoff costs no second write and no wake-up of the
+		// scheduler.
+		ready, _, _ := r.readySteps(now)
+		r.startReady(ready, now)
 	}
 	r.commit()
 }

@@ -94,11 +94,9 @@ type ExecRequest struct {
 // every transition and appends its events; after a restart it lists the
 // runs that were not finished and takes them up again.
 type Journal interface {
-	// SaveRun writes the run's state (insert or replace). doc is the
-	// run's document and plan state, opaque to the journal.
-	SaveRun(ctx context.Context, r *Record) error
-	// AppendEvents adds events to a run (their Seq already set).
-	AppendEvents(ctx context.Context, run string, evs []api.WorkflowEvent) error
+	// SaveRun writes the run's state (insert or replace) and appends evs
+	// (their Seq already set) to its events, as one durable write.
+	SaveRun(ctx context.Context, r *Record, evs []api.WorkflowEvent) error
 	// Events returns a run's events after seq, up to limit.
 	Events(ctx context.Context, run string, after uint64, limit int) ([]api.WorkflowEvent, error)
 	// LoadRun returns one run of the owner's tenant (an error wrapping
@@ -106,7 +104,8 @@ type Journal interface {
 	LoadRun(ctx context.Context, tenant, run string) (*Record, error)
 	// ListRuns lists a tenant's runs, newest first (state "" = any).
 	ListRuns(ctx context.Context, tenant, state string, limit int) ([]*Record, error)
-	// Unfinished returns every run whose state is pending or running.
+	// Unfinished returns every run whose state is pending or running, and
+	// every run that ended with Garbage left.
 	Unfinished(ctx context.Context) ([]*Record, error)
 }
 
@@ -122,6 +121,11 @@ type Record struct {
 	Added []AddedStep `json:"added,omitempty"`
 	// LastSeq is the sequence number of the run's last event.
 	LastSeq uint64 `json:"last_seq"`
+	// Garbage are the light snapshots of a run that succeeded, still to
+	// delete: the run is answered as succeeded first and they go after
+	// (newest first). A journal lists a run with garbage among the
+	// Unfinished ones, so that a restart deletes what a crash left.
+	Garbage []string `json:"garbage,omitempty"`
 	// Tries counts, per step id, the failed attempts of the step's current
 	// round (since the run started or the step was last reset by a resume
 	// or a retry from scratch): the part of its retry budget used. Kept by

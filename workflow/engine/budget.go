@@ -21,6 +21,9 @@ type budgetSlot struct {
 	mu      sync.Mutex
 	made    bool
 	release func()
+	// live counts the attempts holding the budget (from ensure until
+	// their sandbox is deleted: let); close waits for none.
+	live sync.WaitGroup
 }
 
 // ensure makes the budget unless it exists; made reports that this call
@@ -29,6 +32,7 @@ func (b *budgetSlot) ensure(ctx context.Context, be Backend, o Owner) (made bool
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.made {
+		b.live.Add(1)
 		return false, nil
 	}
 	release, err := be.NewBudget(ctx, o, b.id, b.limits)
@@ -36,14 +40,20 @@ func (b *budgetSlot) ensure(ctx context.Context, be Backend, o Owner) (made bool
 		return false, err
 	}
 	b.made, b.release = true, release
+	b.live.Add(1)
 	return true, nil
 }
 
-// close releases the budget if it was made. The caller guarantees that no
-// sandbox of it is left.
+// let ends the hold an ensure took, once the attempt's sandbox is gone.
+func (b *budgetSlot) let() { b.live.Done() }
+
+// close releases the budget if it was made, once every attempt that held
+// it has deleted its sandbox. The caller guarantees that no attempt of
+// the group will take it again before close returns.
 func (b *budgetSlot) close() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.live.Wait()
 	if !b.made {
 		return
 	}

@@ -230,7 +230,7 @@ steps:
 	rec := h.j.load(r.ID)
 	rec.Run.Steps[0].Snapshot = ""
 	h.j.mu.Unlock()
-	if err := h.j.SaveRun(testCtx(t), rec); err != nil {
+	if err := h.j.SaveRun(testCtx(t), rec, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := h.e.Resume(testCtx(t), tenant, r.ID, "b"); !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "snapshot was deleted") {
@@ -390,5 +390,51 @@ steps:
 	r = h.wait(r.ID)
 	if u := step(t, r, "use"); u.Attempt != 2 || u.Result.Stdout != "1" {
 		t.Errorf("use: %+v", u)
+	}
+}
+
+// A run is answered succeeded before its light snapshots are deleted; a
+// daemon that stops in between leaves them listed as the record's
+// garbage, and the next one's Recover deletes them (children first).
+func TestRecoverCollectsGarbage(t *testing.T) {
+	h := newHarness(t)
+	r := h.run(`
+defaults: {snapshot: full}
+steps:
+  - {id: a, run: ["write x=1"]}
+  - {id: b, from: a, run: ["write y=2"]}
+`, api.RunSucceeded)
+	// As if the daemon had stopped right after the run's success: its
+	// snapshots (kept here because they are full) are garbage.
+	h.j.mu.Lock()
+	rec := h.j.load(r.ID)
+	h.j.mu.Unlock()
+	rec.Garbage = []string{step(t, r, "a").Snapshot, step(t, r, "b").Snapshot}
+	if rec.Garbage[0] == "" || rec.Garbage[1] == "" {
+		t.Fatalf("snapshots %v", rec.Garbage)
+	}
+	if err := h.j.SaveRun(testCtx(t), rec, nil); err != nil {
+		t.Fatal(err)
+	}
+	e := h.engine()
+	if err := e.Recover(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	h.b.mu.Lock()
+	left := len(h.b.snaps)
+	h.b.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d snapshots left after Recover", left)
+	}
+	h.j.mu.Lock()
+	rec = h.j.load(r.ID)
+	h.j.mu.Unlock()
+	if len(rec.Garbage) != 0 || rec.Run.State != api.RunSucceeded {
+		t.Errorf("after Recover: state %s, garbage %v", rec.Run.State, rec.Garbage)
+	}
+	for _, s := range rec.Run.Steps {
+		if s.Snapshot != "" {
+			t.Errorf("step %s still names snapshot %s", s.ID, s.Snapshot)
+		}
 	}
 }

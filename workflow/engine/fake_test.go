@@ -448,7 +448,7 @@ func newMemJournal(t testing.TB) *memJournal {
 	return &memJournal{t: t, runs: map[string][]byte{}, events: map[string][]api.WorkflowEvent{}}
 }
 
-func (j *memJournal) SaveRun(ctx context.Context, r *Record) error {
+func (j *memJournal) SaveRun(ctx context.Context, r *Record, evs []api.WorkflowEvent) error {
 	data, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -456,12 +456,7 @@ func (j *memJournal) SaveRun(ctx context.Context, r *Record) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.runs[r.Run.ID] = data
-	return nil
-}
-
-func (j *memJournal) AppendEvents(ctx context.Context, run string, evs []api.WorkflowEvent) error {
-	j.mu.Lock()
-	defer j.mu.Unlock()
+	run := r.Run.ID
 	for _, ev := range evs {
 		if have := j.events[run]; len(have) > 0 && ev.Seq != have[len(have)-1].Seq+1 || len(have) == 0 && ev.Seq != 1 {
 			j.t.Errorf("run %s: event %d (%s) appended after %d events", run, ev.Seq, ev.Type, len(have))
@@ -526,7 +521,7 @@ func (j *memJournal) Unfinished(ctx context.Context) ([]*Record, error) {
 	defer j.mu.Unlock()
 	var out []*Record
 	for id := range j.runs {
-		if r := j.load(id); r.Run.State == api.RunPending || r.Run.State == api.RunRunning {
+		if r := j.load(id); r.Run.State == api.RunPending || r.Run.State == api.RunRunning || len(r.Garbage) > 0 {
 			out = append(out, r)
 		}
 	}

@@ -30,6 +30,12 @@ func (e *Engine) Recover(ctx context.Context) error {
 		if e.active(rec.Run.ID) != nil {
 			continue
 		}
+		if runEnded(rec.Run.State) {
+			if err := e.collectGarbage(ctx, rec); err != nil {
+				errs = append(errs, fmt.Errorf("clean up run %s: %w", rec.Run.ID, err))
+			}
+			continue
+		}
 		if err := e.recoverRun(ctx, rec); err != nil {
 			errs = append(errs, fmt.Errorf("recover run %s: %w", rec.Run.ID, err))
 		}
@@ -111,11 +117,21 @@ func (e *Engine) failRecord(ctx context.Context, rec *Record, msg string) (*api.
 	rec.Run.Updated = now
 	rec.LastSeq++
 	ev := api.WorkflowEvent{Seq: rec.LastSeq, Time: now, Run: rec.Run.ID, Type: api.WfRunFailed, Message: msg}
-	if err := e.j.AppendEvents(ctx, rec.Run.ID, []api.WorkflowEvent{ev}); err != nil {
-		return nil, err
-	}
-	if err := e.j.SaveRun(ctx, rec); err != nil {
+	if err := e.j.SaveRun(ctx, rec, []api.WorkflowEvent{ev}); err != nil {
 		return nil, err
 	}
 	return &rec.Run, nil
+}
+
+// collectGarbage deletes the light snapshots a run that ended left to
+// delete when its daemon stopped (Record.Garbage) and journals it clean.
+func (e *Engine) collectGarbage(ctx context.Context, rec *Record) error {
+	gone := e.deleteSnapshots(ctx, rec.Owner, rec.Run.ID, rec.Garbage)
+	for i := range rec.Run.Steps {
+		if st := &rec.Run.Steps[i]; gone[st.Snapshot] {
+			st.Snapshot = ""
+		}
+	}
+	rec.Garbage = nil
+	return e.j.SaveRun(ctx, rec, nil)
 }

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"maps"
 	"slices"
 	"sync"
@@ -36,6 +35,9 @@ type run struct {
 	active int
 	// order numbers steps as they become ready (FIFO among equals).
 	order uint64
+	// attempts counts the run's attempt goroutines until their sandboxes
+	// are deleted: the light snapshots go only after them.
+	attempts sync.WaitGroup
 	// cancelled: workflow.cancel was called. When ctx is done and
 	// cancelled is false, the engine is closing: nothing more is
 	// journalled, the run stays running for Recover.
@@ -175,19 +177,10 @@ func (r *run) commit() error {
 	r.rec.Run.Updated = r.e.now()
 	r.groupStates()
 	ctx := context.WithoutCancel(r.ctx)
-	var errs []error
-	if len(r.batch) > 0 {
-		if err := r.e.j.AppendEvents(ctx, r.id, r.batch); err != nil {
-			errs = append(errs, err)
-		}
-		r.batch = nil
-	}
-	if err := r.e.j.SaveRun(ctx, cloneRecord(r.rec)); err != nil {
-		errs = append(errs, err)
-	}
+	err := r.e.j.SaveRun(ctx, cloneRecord(r.rec), r.batch)
+	r.batch = nil
 	close(r.changed)
 	r.changed = make(chan struct{})
-	err := errors.Join(errs...)
 	if err != nil {
 		r.e.log.Error("workflow journal", "run", r.id, "err", err)
 	}

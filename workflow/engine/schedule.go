@@ -90,51 +90,10 @@ func (r *run) pass() (p pass) {
 	}
 	now := r.e.now()
 	changed := r.propagate(now)
-	var ready []*stepRT
-	left := 0 // steps not ended
-	for _, ps := range r.plan.Steps {
-		st := r.step(ps.ID)
-		rt := r.steps[ps.ID]
-		switch st.State {
-		case api.StepPending:
-		case api.StepRetrying:
-			if rt.readyAt.After(now) {
-				if p.wakeAt.IsZero() || rt.readyAt.Before(p.wakeAt) {
-					p.wakeAt = rt.readyAt
-				}
-				left++
-				continue
-			}
-		default:
-			if !stepEnded(st.State) {
-				left++
-			}
-			continue
-		}
-		left++
-		if ok, _ := r.verdict(ps); ok {
-			if rt.order == 0 {
-				r.order++
-				rt.order = r.order
-			}
-			ready = append(ready, rt)
-		}
-	}
-	slices.SortFunc(ready, func(a, b *stepRT) int {
-		return cmp.Or(cmp.Compare(rank(a.ps.Priority), rank(b.ps.Priority)), cmp.Compare(a.order, b.order))
-	})
-	started := false
-	for _, rt := range ready {
-		if r.slotFree(rt.ps) {
-			r.start(rt, now)
-			started = true
-		}
-	}
-	if started {
-		// A step that starts can make another ready (the consumer of its
-		// stdout): look again.
+	ready, left, wakeAt := r.readySteps(now)
+	p.wakeAt = wakeAt
+	if r.startReady(ready, now) {
 		changed = true
-		r.poke()
 	}
 	for _, gr := range r.groups {
 		if gr.used && r.groupEnded(gr.g.ID) {
@@ -168,6 +127,61 @@ func (r *run) pass() (p pass) {
 		r.commit()
 	}
 	return p
+}
+
+// readySteps lists the steps that may start now, in the order they start
+// (by priority, then in the order they became ready); left counts the
+// steps not ended, wakeAt is the end of the first backoff still running.
+func (r *run) readySteps(now time.Time) (ready []*stepRT, left int, wakeAt time.Time) {
+	for _, ps := range r.plan.Steps {
+		st := r.step(ps.ID)
+		rt := r.steps[ps.ID]
+		switch st.State {
+		case api.StepPending:
+		case api.StepRetrying:
+			if rt.readyAt.After(now) {
+				if wakeAt.IsZero() || rt.readyAt.Before(wakeAt) {
+					wakeAt = rt.readyAt
+				}
+				left++
+				continue
+			}
+		default:
+			if !stepEnded(st.State) {
+				left++
+			}
+			continue
+		}
+		left++
+		if ok, _ := r.verdict(ps); ok {
+			if rt.order == 0 {
+				r.order++
+				rt.order = r.order
+			}
+			ready = append(ready, rt)
+		}
+	}
+	slices.SortFunc(ready, func(a, b *stepRT) int {
+		return cmp.Or(cmp.Compare(rank(a.ps.Priority), rank(b.ps.Priority)), cmp.Compare(a.order, b.order))
+	})
+	return ready, left, wakeAt
+}
+
+// startReady starts the ready steps the groups' caps allow and reports
+// whether it started one (the scheduler then looks again: a step that
+// starts can make another ready, the consumer of its stdout).
+func (r *run) startReady(ready []*stepRT, now time.Time) bool {
+	started := false
+	for _, rt := range ready {
+		if r.slotFree(rt.ps) {
+			r.start(rt, now)
+			started = true
+		}
+	}
+	if started {
+		r.poke()
+	}
+	return started
 }
 
 // verdict says whether a pending (or retrying) step may start: every step
@@ -324,9 +338,31 @@ func (r *run) lightSnapshots() []string {
 	return ids
 }
 
-// succeed deletes the run's light snapshots and marks it succeeded.
+// succeed marks the run succeeded, then deletes its light snapshots once
+// the sandboxes of its attempts are gone (a sandbox started from one
+// holds it): the answer does not wait for the clean-up, which the record
+// keeps as Garbage until it is done.
 func (r *run) succeed(light []string) {
-	gone := r.deleteSnapshots(light)
+	r.mu.Lock()
+	r.rec.Garbage = light
+	r.endRun(api.RunSucceeded, api.WfRunSucceeded, "")
+	r.commit()
+	r.mu.Unlock()
+	r.attempts.Wait()
+	r.collectGarbage()
+}
+
+// collectGarbage deletes the snapshots of the record's Garbage and
+// journals what is left: nothing (a snapshot that could not be deleted,
+// used by another sandbox of the tenant, is logged and left to them).
+func (r *run) collectGarbage() {
+	r.mu.Lock()
+	garbage := slices.Clone(r.rec.Garbage)
+	r.mu.Unlock()
+	if len(garbage) == 0 {
+		return
+	}
+	gone := r.deleteSnapshots(garbage)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i := range r.rec.Run.Steps {
@@ -334,7 +370,7 @@ func (r *run) succeed(light []string) {
 			st.Snapshot = ""
 		}
 	}
-	r.endRun(api.RunSucceeded, api.WfRunSucceeded, "")
+	r.rec.Garbage = nil
 	r.commit()
 }
 
@@ -378,22 +414,28 @@ func (r *run) releaseAll() {
 // deleteSnapshots deletes snapshots the run no longer needs, logging
 // failures; it returns those deleted.
 func (r *run) deleteSnapshots(ids []string) map[string]bool {
+	return r.e.deleteSnapshots(r.ctx, r.rec.Owner, r.id, ids)
+}
+
+// deleteSnapshots deletes snapshots of run, logging failures; it returns
+// those deleted. A snapshot that another one is layered on cannot go
+// before it (a chain of `from` steps makes such layers): newest first
+// (ids are in the order they were taken), and passes until one deletes
+// nothing more.
+func (e *Engine) deleteSnapshots(ctx context.Context, o Owner, run string, ids []string) map[string]bool {
 	gone := map[string]bool{}
 	if len(ids) == 0 {
 		return gone
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), cleanupTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	// A snapshot that another one is layered on cannot go before it (a
-	// chain of `from` steps makes such layers): newest first, and passes
-	// until one deletes nothing more.
 	left := slices.Clone(ids)
 	slices.Reverse(left)
 	errs := map[string]error{}
 	for len(left) > 0 {
 		var next []string
 		for _, id := range left {
-			if err := r.e.b.DeleteSnapshot(ctx, r.rec.Owner, id); err != nil {
+			if err := e.b.DeleteSnapshot(ctx, o, id); err != nil {
 				errs[id] = err
 				next = append(next, id)
 				continue
@@ -407,7 +449,7 @@ func (r *run) deleteSnapshots(ids []string) map[string]bool {
 	}
 	for id, err := range errs {
 		if !gone[id] {
-			r.e.log.Warn("workflow: delete snapshot", "run", r.id, "snapshot", id, "err", err)
+			e.log.Warn("workflow: delete snapshot", "run", run, "snapshot", id, "err", err)
 		}
 	}
 	return gone
