@@ -34,6 +34,11 @@ import (
 // the daemon is closing) shuts the sandbox down with the process in it;
 // what the process did to a writable host bind stays done. Otherwise the
 // create and then the exec run one after the other.
+//
+// A workflow step's sandbox and process take the same path
+// (wfBackend.CreateExec, workflows_backend.go), as two calls of the run's
+// owner: firstExec then also carries the step's stdin and a copy of its
+// stdout.
 
 // createWithExec is sandbox.create with req.Exec set.
 func (s *Service) createWithExec(ctx context.Context, c Caller, in *input, req *api.CreateSandbox) (any, error) {
@@ -154,6 +159,12 @@ type firstExec struct {
 	p      *sandbox.Process
 	ctx    context.Context // the exec's
 	stream bool
+	// stdout, when not nil, also gets the process's stdout (a workflow
+	// step's, wfBackend.CreateExec); p.Stdin is already its stdin.
+	stdout io.Writer
+	// recorded, when set (by a workflow step's create, createStep),
+	// waits for the create's record, written while the process runs.
+	recorded func()
 	// Set by createFor when it started the process with the sandbox:
 	// the process and the policy's decision on it.
 	run     *execRun
@@ -192,6 +203,9 @@ func (s *Service) createFor(ctx context.Context, c Caller, b *built, first *firs
 		return nil, err
 	}
 	x := s.newExecRun(c, sb.ID()+"/c1", first.req, first.p, nil)
+	if first.stdout != nil {
+		first.p.Stdout = io.MultiWriter(first.p.Stdout, first.stdout)
+	}
 	x.runEarly(first.ctx, sb)
 	first.run, first.verdict = x, v
 	if err := ready(ctx); err != nil {

@@ -28,7 +28,11 @@ import (
 // answers, recorded, audited), its snapshot a snapshot.create, each
 // collected output a file.download, and the sandbox's and snapshot's
 // removal a sandbox.delete and a snapshot.delete. They count against the
-// tenant's quotas like the calls the tenant makes itself.
+// tenant's quotas like the calls the tenant makes itself. The create and
+// the process go together (CreateExec) as an API create that carries its
+// first exec does (createexec.go): the process queued behind the
+// sandbox's setup where the runtime and the policy allow, and still a
+// sandbox.create and then a process.exec.
 //
 // What a step needs that the API cannot say is added by the daemon alone
 // (stepSandbox): the read-only binds of the artifact directories of the
@@ -45,7 +49,10 @@ const stepOutputLimit = 64 << 10
 // wfBackend implements engine.Backend.
 type wfBackend struct{ s *Service }
 
-var _ engine.Backend = wfBackend{}
+var (
+	_ engine.Backend      = wfBackend{}
+	_ engine.CreateExecer = wfBackend{}
+)
 
 // ownerCaller is the caller of a run's calls.
 func ownerCaller(o engine.Owner) Caller { return Caller{Tenant: o.Tenant, Actor: o.Actor} }
@@ -155,9 +162,11 @@ func (s *Service) checkStep(c Caller, st *stepSandbox) error {
 }
 
 // createStep is the handler of a step's sandbox.create: the handler of the
-// API's, with st put into the spec.
-func (s *Service) createStep(st *stepSandbox) handler {
+// API's, with st put into the spec, and first (nil: none) the process
+// createFor may start with the sandbox (CreateExec).
+func (s *Service) createStep(st *stepSandbox, first *firstExec) handler {
 	return func(ctx context.Context, c Caller, in *input) (any, error) {
+		start := time.Now()
 		req, err := decode[api.CreateSandbox](in)
 		if err != nil {
 			return nil, err
@@ -165,7 +174,7 @@ func (s *Service) createStep(st *stepSandbox) handler {
 		if err := s.checkStep(c, st); err != nil {
 			return nil, err
 		}
-		sb, err := s.doCreateStep(ctx, c, req, nil, st)
+		sb, err := s.doCreateStep(ctx, c, req, first, st)
 		if err != nil {
 			return nil, err
 		}
@@ -185,20 +194,47 @@ func (s *Service) createStep(st *stepSandbox) handler {
 		}
 		in.rec.ev.Sandbox = sb.ID
 		in.rec.ev.Result = mustJSON(res)
+		if first != nil && first.run != nil {
+			// The step's process runs: the create's record is written
+			// meanwhile, ahead of the exec's, which waits for it.
+			first.recorded = s.recordAside(c, in, time.Since(start))
+			first.run.before = first.recorded
+		}
 		return sb, nil
 	}
+}
+
+// recordAside writes the record of sandbox.create call in, which took
+// took, in a goroutine, in place of the dispatcher, and returns a func
+// that waits for the write (as createWithExec does for a create that
+// carries its exec).
+func (s *Service) recordAside(c Caller, in *input, took time.Duration) func() {
+	rin := &input{req: in.req, rec: in.rec, verdicts: in.verdicts}
+	in.rec.instead() // the record is written below
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.recordCall(c, api.OpSandboxCreate, rin, nil, took)
+	}()
+	return func() { <-done }
 }
 
 // Create makes the sandbox of one attempt of a step, as a sandbox.create
 // of the run's owner.
 func (b wfBackend) Create(ctx context.Context, o engine.Owner, req engine.CreateRequest) (string, error) {
+	return b.create(ctx, o, req, nil)
+}
+
+// create is Create with first (nil: none), the step's process, which
+// createFor may start with the sandbox.
+func (b wfBackend) create(ctx context.Context, o engine.Owner, req engine.CreateRequest, first *firstExec) (string, error) {
 	creq := api.CreateSandbox{Template: req.Template, Snapshot: req.Snapshot, Limits: req.Limits,
 		TimeoutMs: millisCeil(req.Timeout), Labels: req.Labels, Policy: req.Policy, Network: req.Network}
 	if req.CPUWeight != 0 {
 		creq.Limits.CPUWeight = req.CPUWeight
 	}
 	st := &stepSandbox{inputs: req.Inputs, budget: req.Budget, env: req.Env}
-	resp, err := b.s.dispatch(ctx, ownerCaller(o), api.OpSandboxCreate, b.s.createStep(st), internalInput(creq))
+	resp, err := b.s.dispatch(ctx, ownerCaller(o), api.OpSandboxCreate, b.s.createStep(st, first), internalInput(creq))
 	if ae := (*api.Error)(nil); errors.As(err, &ae) && ae.Code == api.CodeTooMany {
 		// A quota or a resource of the daemon: room frees up as
 		// sandboxes end, and the engine waits for it.
@@ -274,14 +310,31 @@ func (t *teeWriter) failed() error {
 // each stream; req.Stdout gets the whole stdout. A failure to write to
 // req.Stdout is an error, returned with the result.
 func (b wfBackend) Exec(ctx context.Context, o engine.Owner, sandboxID string, req engine.ExecRequest) (*sandbox.Result, error) {
-	ereq := api.Exec{Sandbox: sandboxID, Args: req.Args, Env: req.Env, TimeoutMs: millisCeil(req.Timeout), OutputLimit: stepOutputLimit}
-	var tee *teeWriter
-	var stdout io.Writer
-	if req.Stdout != nil {
-		tee = &teeWriter{w: req.Stdout}
-		stdout = tee
-	}
+	ereq := stepExec(sandboxID, req)
+	tee, stdout := stepStdout(req.Stdout)
 	resp, err := b.s.dispatch(ctx, ownerCaller(o), api.OpExec, b.s.execStep(req.Stdin, stdout), internalInput(ereq))
+	return stepResult(resp, err, tee)
+}
+
+// stepExec is the process.exec of a step's process in sandbox id.
+func stepExec(id string, req engine.ExecRequest) api.Exec {
+	return api.Exec{Sandbox: id, Args: req.Args, Env: req.Env, TimeoutMs: millisCeil(req.Timeout), OutputLimit: stepOutputLimit}
+}
+
+// stepStdout is the writer a step's stdout is copied to, w (nil: none)
+// behind a teeWriter, and that teeWriter (nil when w is).
+func stepStdout(w io.Writer) (*teeWriter, io.Writer) {
+	if w == nil {
+		return nil, nil
+	}
+	tee := &teeWriter{w: w}
+	return tee, tee
+}
+
+// stepResult is the result of a step's exec that answered resp or err,
+// which it releases; a failure of tee (nil: none) is an error, returned
+// with the result.
+func stepResult(resp any, err error, tee *teeWriter) (*sandbox.Result, error) {
 	defer releaseAnswer(resp)
 	if err != nil {
 		return nil, err
@@ -296,6 +349,75 @@ func (b wfBackend) Exec(ctx context.Context, o engine.Owner, sandboxID string, r
 		}
 	}
 	return res, nil
+}
+
+// CreateExec makes a step's sandbox and runs its process in it: a
+// sandbox.create and then a process.exec of the run's owner, each judged,
+// recorded and audited as its own call, as Create then Exec. When the
+// runtime can hand out a sandbox before its setup has finished
+// (sandbox.EarlyCreator) and the sandbox's policy allows the command
+// outright, the process is sent to the sandbox with its setup (createFor)
+// and runs as soon as the sandbox is ready, while the daemon records the
+// create; its process.exec then takes up the decision made at that time
+// (earlyExec). Otherwise (an ask or a deny, a sandbox from a warm pool, a
+// runtime without it) the exec is judged and run after the create, as
+// Exec. Both ways stdin and stdout are as Exec's.
+func (b wfBackend) CreateExec(ctx context.Context, o engine.Owner, c engine.CreateRequest, x engine.ExecRequest, created func(string)) (string, *sandbox.Result, error) {
+	ereq := stepExec("", x)
+	p, err := b.s.execProcess(&ereq)
+	if err != nil {
+		// A body the exec refuses is refused by the exec's own call,
+		// in the sandbox made first, as Create then Exec would.
+		id, err := b.Create(ctx, o, c)
+		if err != nil {
+			return "", nil, err
+		}
+		created(id)
+		res, err := b.Exec(ctx, o, id, x)
+		return id, res, err
+	}
+	if x.Stdin != nil {
+		p.Stdin = x.Stdin
+	}
+	tee, stdout := stepStdout(x.Stdout)
+	first := &firstExec{req: &ereq, p: p, ctx: ctx, stdout: stdout}
+	id, err := b.create(ctx, o, c, first)
+	if err != nil {
+		first.abandon()
+		return "", nil, err
+	}
+	created(id)
+	in := internalInput(stepExec(id, x))
+	var resp any
+	if first.run == nil {
+		resp, err = b.s.dispatch(ctx, ownerCaller(o), api.OpExec, b.s.execStep(x.Stdin, stdout), in)
+	} else {
+		taken := false
+		resp, err = b.s.dispatch(ctx, ownerCaller(o), api.OpExec, b.s.earlyStep(first, &taken), in)
+		if !taken {
+			first.abandon()
+		}
+		if first.recorded != nil {
+			first.recorded() // written already, unless the exec failed before its record
+		}
+	}
+	res, err := stepResult(resp, err, tee)
+	return id, res, err
+}
+
+// earlyStep is the handler of the process.exec of a step whose process
+// createFor started with its sandbox: earlyExec, which records it with the
+// decision made then. taken is set once the handler has the process (the
+// caller abandons it otherwise: the call was refused before it ran).
+func (s *Service) earlyStep(first *firstExec, taken *bool) handler {
+	return func(ctx context.Context, c Caller, in *input) (any, error) {
+		req, err := decode[api.Exec](in)
+		if err != nil {
+			return nil, err
+		}
+		*taken = true
+		return s.earlyExec(ctx, c, in, req, first)
+	}
 }
 
 // answerResult is the result an exec answered: the result itself, or an

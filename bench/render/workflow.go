@@ -178,7 +178,7 @@ func wfGoals(b *strings.Builder, f *schema.Workflow, a *analysis, base *stats.Su
 		a.missing("bench/workflow: the retry or the baseline has no measured sample.")
 	}
 	if ex := wfStats(f.Row(schema.WorkflowBaselineExec)); ex != nil && base != nil {
-		fmt.Fprintf(b, "- The baseline as one request (a create carrying its exec): %s ms at p50, %s the two requests the engine makes.\n", num(ex.P50), ratio(ex.P50/base.P50))
+		fmt.Fprintf(b, "- The baseline as one request (a create carrying its exec): %s ms at p50, %s the two requests of the baseline (the engine makes this one per step).\n", num(ex.P50), ratio(ex.P50/base.P50))
 	}
 }
 

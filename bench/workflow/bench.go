@@ -99,7 +99,7 @@ type sampler struct {
 func (b *bench) rounds(ctx context.Context) {
 	steps := b.o.steps
 	b.rows[schema.WorkflowBaseline] = newRow(schema.WorkflowBaseline,
-		"cold API create (no pool), then exec `/bin/true` until it answers: two requests, as the engine makes per step", 0)
+		"cold API create (no pool), then exec `/bin/true` until it answers: two requests (the goals' reference)", 0)
 	b.rows[schema.WorkflowBaselineExec] = newRow(schema.WorkflowBaselineExec,
 		"cold API create carrying the exec of `/bin/true`: one request (informational)", 0)
 	b.rows[schema.WorkflowChainLight] = newRow(schema.WorkflowChainLight,

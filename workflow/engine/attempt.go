@@ -249,10 +249,10 @@ func (r *run) attempt(ctx context.Context, sp *spec) {
 	}
 }
 
-// execute runs the attempt: budget, sandbox, process, snapshot, outputs.
-// The sandbox is deleted before it returns (the budget it ran in can then
-// be released), and so is a snapshot taken by an attempt that failed
-// after taking it.
+// execute runs the attempt: budget, sandbox and process (createExec),
+// snapshot, outputs. The sandbox it made is in the outcome, for attempt
+// to delete; a snapshot taken by an attempt that failed after taking it
+// is deleted here.
 func (r *run) execute(ctx context.Context, sp *spec) (out outcome) {
 	fail := func(err error) outcome {
 		out.err = err
@@ -282,17 +282,6 @@ func (r *run) execute(ctx context.Context, sp *spec) (out outcome) {
 			})
 		}
 	}
-	id, err := r.e.create(ctx, o, sp.create)
-	if err != nil {
-		return fail(fmt.Errorf("create sandbox: %w", err))
-	}
-	out.sandbox = id
-	r.noteSoon(func() {
-		if a := attemptOf(r.step(sp.step), sp.attempt); a != nil {
-			a.Sandbox = id
-		}
-		r.emit(api.WorkflowEvent{Type: api.WfStepSandbox, Step: sp.step, Group: sp.group, Attempt: sp.attempt, Sandbox: id})
-	})
 	req := sp.exec
 	if sp.stdin != nil {
 		f := sp.stdin.follow(ctx)
@@ -302,13 +291,14 @@ func (r *run) execute(ctx context.Context, sp *spec) (out outcome) {
 	if sp.stdout != nil {
 		req.Stdout = sp.stdout
 	}
-	res, err := r.e.b.Exec(ctx, o, id, req)
+	id, res, err := r.createExec(ctx, o, sp, req)
+	out.sandbox = id
 	if sp.stdout != nil {
 		sp.stdout.end()
 	}
 	out.result = res
 	if err != nil {
-		return fail(fmt.Errorf("exec: %w", err))
+		return fail(err)
 	}
 	if res == nil {
 		return fail(errors.New("exec: no result"))
@@ -343,6 +333,59 @@ func (r *run) execute(ctx context.Context, sp *spec) (out outcome) {
 	}
 	out.ok = true
 	return out
+}
+
+// createExec makes the attempt's sandbox and runs its process x in it:
+// in one call when the backend is a CreateExecer (the process queued
+// behind the sandbox's setup), else Create then Exec. Either way it waits
+// out a create refused for room (ErrCapacity), journals the sandbox's id
+// as soon as it is known (sandboxMade), and returns that id whenever the
+// sandbox was made, with an error or not.
+func (r *run) createExec(ctx context.Context, o Owner, sp *spec, x ExecRequest) (string, *sandbox.Result, error) {
+	ce, ok := r.e.b.(CreateExecer)
+	if !ok {
+		id, err := r.e.create(ctx, o, sp.create)
+		if err != nil {
+			return "", nil, fmt.Errorf("create sandbox: %w", err)
+		}
+		r.sandboxMade(sp, id)
+		res, err := r.e.b.Exec(ctx, o, id, x)
+		if err != nil {
+			return id, res, fmt.Errorf("exec: %w", err)
+		}
+		return id, res, nil
+	}
+	var made string
+	id, res, err := r.e.waitRoom(ctx, func() (string, *sandbox.Result, error) {
+		return ce.CreateExec(ctx, o, sp.create, x, func(id string) {
+			if made == "" && id != "" {
+				made = id
+				r.sandboxMade(sp, id)
+			}
+		})
+	})
+	// A backend that named the sandbox only through created still gets
+	// it deleted.
+	id = cmp.Or(id, made)
+	switch {
+	case err != nil && id == "":
+		return "", res, fmt.Errorf("create sandbox: %w", err)
+	case err != nil:
+		return id, res, fmt.Errorf("exec: %w", err)
+	}
+	return id, res, nil
+}
+
+// sandboxMade journals the attempt's sandbox, at once but without waiting
+// for the write (noteSoon): Recover deletes it if the daemon stops while
+// it lives.
+func (r *run) sandboxMade(sp *spec, id string) {
+	r.noteSoon(func() {
+		if a := attemptOf(r.step(sp.step), sp.attempt); a != nil {
+			a.Sandbox = id
+		}
+		r.emit(api.WorkflowEvent{Type: api.WfStepSandbox, Step: sp.step, Group: sp.group, Attempt: sp.attempt, Sandbox: id})
+	})
 }
 
 // collect copies the step's outputs into a fresh out directory (the

@@ -138,3 +138,20 @@ type AddedStep struct {
 	Group string `json:"group"`
 	Step  []byte `json:"step"`
 }
+
+// CreateExecer is a Backend that can make a step's sandbox and run its
+// process in one call (a create that carries its first exec), so that the
+// process can start queued behind the sandbox's setup instead of after
+// it. The engine uses it when its Backend has it, Create then Exec
+// otherwise.
+type CreateExecer interface {
+	// CreateExec creates the sandbox c describes and runs x in it to its
+	// end, as Create then Exec would: the same judgment, approvals,
+	// records and audit (a create, then an exec of its own), x's stdin
+	// and stdout as Exec says. As soon as the sandbox exists it calls
+	// created with its id, once, before it returns (the process may
+	// already run). An error after the sandbox exists returns its id too,
+	// and the caller deletes the sandbox; a create refused for room
+	// returns no id and an error wrapping ErrCapacity, and made nothing.
+	CreateExec(ctx context.Context, o Owner, c CreateRequest, x ExecRequest, created func(sandboxID string)) (sandboxID string, res *sandbox.Result, err error)
+}

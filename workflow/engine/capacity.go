@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/moat-sandbox/moat/sandbox"
 )
 
 // Bounds of the wait between two creates refused with ErrCapacity when no
@@ -46,12 +48,23 @@ func (c *capacity) freed() {
 // group asks for more sandboxes at once than a tenant's quota allows, and
 // its steps take turns instead of failing. It gives up only when ctx ends.
 func (e *Engine) create(ctx context.Context, o Owner, req CreateRequest) (string, error) {
+	id, _, err := e.waitRoom(ctx, func() (string, *sandbox.Result, error) {
+		id, err := e.b.Create(ctx, o, req)
+		return id, nil, err
+	})
+	return id, err
+}
+
+// waitRoom calls try until it returns anything but a create refused for
+// room (an error wrapping ErrCapacity, and no sandbox), waiting between
+// two tries as Engine.create does, and gives up when ctx ends.
+func (e *Engine) waitRoom(ctx context.Context, try func() (string, *sandbox.Result, error)) (string, *sandbox.Result, error) {
 	delay := capacityFirst
 	for {
 		woken := e.capacity.wait()
-		id, err := e.b.Create(ctx, o, req)
-		if err == nil || !errors.Is(err, ErrCapacity) {
-			return id, err
+		id, res, err := try()
+		if err == nil || id != "" || !errors.Is(err, ErrCapacity) {
+			return id, res, err
 		}
 		t := time.NewTimer(delay)
 		select {
@@ -60,7 +73,7 @@ func (e *Engine) create(ctx context.Context, o Owner, req CreateRequest) (string
 			delay = min(2*delay, capacityMax)
 		case <-ctx.Done():
 			t.Stop()
-			return "", err
+			return "", nil, err
 		}
 		t.Stop()
 	}

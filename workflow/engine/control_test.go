@@ -75,7 +75,9 @@ steps:
     from: b
     run: ["expect x=1"]
 `)
-	h.b.waitFor("b runs", func() bool { return h.b.ranLocked("b") == 1 })
+	// b runs, and a's sandbox (deleted after a's end was recorded) is
+	// gone: only b's is left when the daemon dies.
+	h.b.waitFor("b runs", func() bool { return h.b.ranLocked("b") == 1 && len(h.b.deletedBoxes) == 1 })
 	// The daemon dies: its sandboxes are left behind.
 	h.b.mu.Lock()
 	h.b.keepBoxes = true
