@@ -131,7 +131,7 @@ func wfGoals(b *strings.Builder, f *schema.Workflow, a *analysis, base *stats.Su
 	}
 	if base != nil {
 		p50, p95, p99 := baseCells(base)
-		a.row(headRow{Figure: "workflow: baseline, cold API create → first exec of `/bin/true` (no pool)", Goal: "—", P50: p50, P95: p95, P99: p99, Ratio: "—", Result: "—"})
+		a.row(headRow{Figure: "workflow: baseline, cold API create → first exec of the steps' command (no pool)", Goal: "—", P50: p50, P95: p95, P99: p99, Ratio: "—", Result: "—"})
 	}
 
 	// The chain: per step against the baseline.

@@ -120,10 +120,10 @@ const (
 )
 
 // The container's root maps to an unprivileged host range of 65536 ids,
-// just above the 4096 ranges moat leases (runtime/linux uidslot: 1<<30 +
+// just above the 8192 ranges moat leases (runtime/linux uidslot: 1<<30 +
 // slot*65536), so it shares ids with no host user and no moat sandbox.
 const (
-	ociIDBase = 1<<30 + 4096<<16
+	ociIDBase = 1<<30 + 8192<<16
 	ociIDSize = 1 << 16
 )
 

@@ -3,8 +3,9 @@
 // baseline taken from the same daemon in the same run:
 //
 //   - baseline: one cold API create (the daemon has no warm pool) followed
-//     by an exec of /bin/true, until the exec has answered exit 0: two
-//     requests, as the workflow engine makes for each step; beside it,
+//     by an exec of the steps' own command (sh -c of shell builtins),
+//     until the exec has answered exit 0: two requests, an API client's
+//     cold create → first exec of the same command; beside it,
 //     informational, the same as one request (a create carrying its exec);
 //   - chain: a sequential workflow of --steps (10) trivial steps, each
 //     from its predecessor's light snapshot: the run's wall time from the

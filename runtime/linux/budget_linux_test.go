@@ -394,7 +394,7 @@ func TestBudgetReclaim(t *testing.T) {
 
 	// As a crashed owner leaves it: directories, a sandbox's inside.
 	orphan := layout.dirs(layout.allMounts(), budgetPrefix+testBudgetID("orphan"))
-	lease, err := leaseUIDSlot(r.stateDir)
+	lease, err := r.slots.lease()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -32,7 +33,7 @@ type build struct {
 	budget   *linuxBudget // Spec.Budget's, referenced (acquireBudget); nil for none
 
 	// Set by prepare.
-	layerFiles []*os.File // the spec's root layers, locked shared; the sandbox keeps them
+	layers     []*layerLease // the spec's root layers, locked shared; the sandbox keeps them
 	slot       *uidSlot
 	trees      []hostTree
 	hostSock   *os.File // the host's end of the control socket; the sandbox keeps it
@@ -170,11 +171,11 @@ func (b *build) prepare() error {
 		return err
 	}
 	b.temps.Add(func() { closeSources(srcs) })
-	if b.layerFiles, err = openLayers(b.root.Layers); err != nil {
+	if b.layers, err = b.r.layers.open(b.root.Layers); err != nil {
 		return &sandbox.SetupError{Stage: "root layers", Err: err}
 	}
-	b.undo.Add(func() { closeFiles(b.layerFiles) })
-	if b.slot, err = leaseUIDSlot(b.r.stateDir); err != nil {
+	b.undo.Add(func() { releaseLayers(b.layers) })
+	if b.slot, err = b.r.slots.lease(); err != nil {
 		return &sandbox.SetupError{Stage: "uid range", Err: err}
 	}
 	b.undo.Add(b.slot.release)
@@ -222,7 +223,7 @@ func (b *build) prepare() error {
 	q := provisionRequest{layout: b.r.cgroupLayout(), slot: b.slot.slot, base: base, limits: b.limits,
 		hostname: b.hostname, netMode: b.netMode, longLived: !b.oneShot, root: b.root, budget: b.budget}
 	if !b.root.Host {
-		q.templateFD = int(b.layerFiles[len(b.layerFiles)-1].Fd())
+		q.templateFD = int(b.layers[len(b.layers)-1].file().Fd())
 	}
 	b.provs = make(chan *provisioned, 1)
 	go func() { b.provs <- b.r.provision(q) }()
@@ -290,7 +291,7 @@ func (b *build) startInit() error {
 	if prov.err != nil {
 		return prov.err
 	}
-	layerFDs, err := b.r.rootLayers(proc.pid, b.layerFiles, prov.baseLayer, b.root.Host, prov.templateUserns)
+	layerFDs, err := b.r.rootLayers(proc.pid, b.layers, prov.baseLayer, b.root.Host, prov.templateUserns)
 	if err != nil {
 		return &sandbox.SetupError{Stage: "root layers", Err: err}
 	}
@@ -313,8 +314,8 @@ func (b *build) newSandbox() *linuxSandbox {
 	sb := newSandbox(b.r, b.proc, guest.NewConn(b.hostSock), b.errR, b.slot, prov.cg, b.oneShot)
 	sb.created = b.created
 	sb.netMode, sb.egress = b.netMode, b.egress
-	sb.scratch, sb.layers, sb.limits, sb.root = prov.scratch, b.layerFiles, b.limits, b.root
-	sb.leases = prov.leases
+	sb.scratch, sb.limits, sb.root = prov.scratch, b.limits, b.root
+	sb.leases = append(slices.Clip(b.layers), prov.leases...)
 	sb.budget = b.budget
 	sb.env, sb.workdir = b.spec.Env, b.workdir
 	b.r.log.Debug("init started", "sandbox", sb.id, "after", time.Since(b.created).String())

@@ -136,10 +136,11 @@ func buildOnce(parent, name string, build func(dir string) error) (string, error
 // Layer leases. The layers under stateDir/etc, stateDir/layers and
 // stateDir/locale are keyed by content, and that content includes the
 // sandbox's hostname (but the locale layer's), so each distinct hostname
-// adds one. A sandbox holds a shared flock on each
-// layer it uses (an open descriptor of the layer's directory) until it
-// ends; a layer is removed only by whoever takes the lock exclusively,
-// which succeeds only when no sandbox, of any moat on the host, uses it.
+// adds one. A runtime holds a shared flock on each layer its sandboxes
+// use (one open descriptor of the layer's directory, counted: see
+// layerLocks) until the last of them ends; a layer is removed only by
+// whoever takes the lock exclusively, which succeeds only when no
+// sandbox, of any moat on the host, uses it.
 // flock locks die with their holder, so a crashed moat's layers become
 // collectable at once. A collector renames the layer out of the way
 // before it deletes it, and a user checks, once it holds its shared lock,
@@ -180,73 +181,6 @@ const (
 	// abandoned (its builder died): building one takes milliseconds.
 	tmpMaxAge = time.Minute
 )
-
-// layerLease is a sandbox's shared lock on one layer.
-type layerLease struct {
-	f       *os.File
-	path    string
-	collect bool // try to remove the layer on release
-}
-
-// leaseLayer builds (with get) and locks a layer, shared. A layer removed
-// between get and the lock is built again. With collect, release removes
-// the layer if it is then unused.
-func leaseLayer(collect bool, get func() (string, error)) (*layerLease, error) {
-	for range 8 {
-		path, err := get()
-		if err != nil {
-			return nil, err
-		}
-		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if errors.Is(err, unix.ENOENT) {
-			continue // collected since get
-		}
-		if err != nil {
-			return nil, fmt.Errorf("layer %s: %w", path, err)
-		}
-		if err := flockRetry(fd, unix.LOCK_SH); err != nil {
-			unix.Close(fd)
-			return nil, fmt.Errorf("layer %s: lock: %w", path, err)
-		}
-		if samePath(fd, path) {
-			return &layerLease{f: os.NewFile(uintptr(fd), path), path: path, collect: collect}, nil
-		}
-		unix.Close(fd) // collected while we waited for the lock
-	}
-	return nil, fmt.Errorf("layer keeps being removed")
-}
-
-// release drops the lease and, if the lease says so, removes the layer
-// if no sandbox uses it. Safe on nil and more than once.
-func (l *layerLease) release() {
-	if l == nil || l.f == nil {
-		return
-	}
-	l.f.Close()
-	l.f = nil
-	if l.collect {
-		collectLayer(filepath.Dir(l.path), filepath.Base(l.path))
-	}
-}
-
-// flockRetry is flock(2) restarted on EINTR.
-func flockRetry(fd, how int) error {
-	for {
-		err := unix.Flock(fd, how)
-		if err != unix.EINTR {
-			return err
-		}
-	}
-}
-
-// samePath says whether path (not followed) is the directory open as fd.
-func samePath(fd int, path string) bool {
-	var a, b unix.Stat_t
-	if unix.Fstat(fd, &a) != nil || unix.Lstat(path, &b) != nil {
-		return false
-	}
-	return a.Dev == b.Dev && a.Ino == b.Ino
-}
 
 // collectLayer removes parent/name if no sandbox holds it; false if it is
 // in use (or gone).

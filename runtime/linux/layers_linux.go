@@ -333,41 +333,6 @@ func cachedLayer(parent, kind string, files []layerFile) (string, error) {
 	})
 }
 
-// openLayers opens each layer directory and takes a shared lock on it,
-// which the sandbox holds until it is shut down: a store removes a layer
-// only after taking the lock exclusively. On error nothing stays open.
-func openLayers(paths []string) ([]*os.File, error) {
-	var out []*os.File
-	for _, p := range paths {
-		if !filepath.IsAbs(p) {
-			closeFiles(out)
-			return nil, fmt.Errorf("layer %q is not an absolute path", p)
-		}
-		fd, err := unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			closeFiles(out)
-			return nil, fmt.Errorf("layer %s: %w", p, err)
-		}
-		f := os.NewFile(uintptr(fd), p)
-		if err := unix.Flock(fd, unix.LOCK_SH|unix.LOCK_NB); err != nil {
-			f.Close()
-			closeFiles(out)
-			if errors.Is(err, unix.EWOULDBLOCK) {
-				return nil, fmt.Errorf("layer %s is being removed", p)
-			}
-			return nil, fmt.Errorf("layer %s: lock: %w", p, err)
-		}
-		out = append(out, f)
-	}
-	return out, nil
-}
-
-func closeFiles(fs []*os.File) {
-	for _, f := range fs {
-		f.Close()
-	}
-}
-
 // idmapLayer returns a detached, read-only, nosuid, nodev clone of the
 // directory dirFD whose owners are mapped through the user namespace
 // usernsFD (the sandbox's: stored id N appears as the sandbox's N).

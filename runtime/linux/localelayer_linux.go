@@ -327,7 +327,7 @@ func (r *Runtime) leaseLocaleLayer() *layerLease {
 	if skip {
 		return nil
 	}
-	l, err := leaseLayer(false, func() (string, error) {
+	l, err := r.layers.lease(false, func() (string, error) {
 		return localeLayer(context.Background(), r.stateDir, in)
 	})
 	if err != nil {

@@ -181,7 +181,8 @@ func TestLocaleLayerCache(t *testing.T) {
 	}
 
 	// Collection: the leased layer stays, the other goes; then it goes too.
-	l, err := leaseLayer(false, func() (string, error) { return localeLayer(ctx, stateDir, in2) })
+	var locks layerLocks
+	l, err := locks.lease(false, func() (string, error) { return localeLayer(ctx, stateDir, in2) })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,9 +56,7 @@ func (p *provisioned) rollback() {
 
 // releaseLayers drops the leases on the layers (see layerLease).
 func (p *provisioned) releaseLayers() {
-	for _, l := range p.leases {
-		l.release()
-	}
+	releaseLayers(p.leases)
 	p.leases = nil
 }
 
@@ -108,7 +106,7 @@ func (r *Runtime) provision(q provisionRequest) *provisioned {
 	// removes those too when unused.
 	perHost := q.hostname != defaultHostname
 	if q.root.Host {
-		l, err := leaseLayer(perHost, func() (string, error) {
+		l, err := r.layers.lease(perHost, func() (string, error) {
 			return etcLayer(r.stateDir, q.hostname, sandbox.UID, sandbox.GID, hostDNS)
 		})
 		if err != nil {
@@ -132,7 +130,7 @@ func (r *Runtime) provision(q provisionRequest) *provisioned {
 			}
 		}
 	}
-	l, err := leaseLayer(perHost && !q.root.Host, func() (string, error) {
+	l, err := r.layers.lease(perHost && !q.root.Host, func() (string, error) {
 		if q.root.Host {
 			return hostBaseLayer(r.stateDir)
 		}
@@ -153,7 +151,7 @@ func (r *Runtime) provision(q provisionRequest) *provisioned {
 // the base layer at the bottom (host template) or just above the
 // template's root. The template's root is idmapped through templateUserns
 // when it is not -1, every other layer through the sandbox's namespace.
-func (r *Runtime) rootLayers(pid int, layers []*os.File, baseLayer string, host bool, templateUserns int) (_ []int, retErr error) {
+func (r *Runtime) rootLayers(pid int, layers []*layerLease, baseLayer string, host bool, templateUserns int) (_ []int, retErr error) {
 	userns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox user namespace: %w", err)
@@ -169,8 +167,8 @@ func (r *Runtime) rootLayers(pid int, layers []*os.File, baseLayer string, host 
 		name string
 	}
 	var order []src
-	for _, f := range layers {
-		order = append(order, src{int(f.Fd()), f.Name()})
+	for _, l := range layers {
+		order = append(order, src{int(l.file().Fd()), l.path})
 	}
 	base := src{baseFD, baseLayer}
 	if host {

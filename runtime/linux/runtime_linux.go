@@ -86,6 +86,9 @@ type Runtime struct {
 	sweeping    atomic.Bool
 	sweeps      sync.WaitGroup
 
+	slots  slotLeases // the uid slots this runtime holds (uidslot_linux.go)
+	layers layerLocks // the layers its sandboxes use (layerlocks_linux.go)
+
 	budgetsMu sync.Mutex
 	budgets   map[string]*linuxBudget // live budgets by id (budget_linux.go)
 
@@ -120,6 +123,7 @@ func New(opts ...Option) (*Runtime, error) {
 	for _, o := range opts {
 		o(r)
 	}
+	r.slots.stateDir = r.stateDir
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrUnsupported, errNotRoot)
 	}
@@ -191,14 +195,20 @@ func (r *Runtime) spawnerClient() (*spawnerClient, error) {
 	return r.spawner, nil
 }
 
-// holdSlot gives the spawner a copy of slot's lease, so that it reclaims
-// the slot's cgroups (under budget, "" for none) should this process die.
+// holdSlot gives the spawner a lease of its own on slot (see
+// slotLeases.shareSlot), so that it reclaims the slot's cgroups (under
+// budget, "" for none) should this process die.
 func (r *Runtime) holdSlot(slot *uidSlot, budget string) error {
 	sc, err := r.spawnerClient()
 	if err != nil {
 		return err
 	}
-	if err := sc.hold(slot, budget, r.stateDir); err != nil {
+	lease, err := r.slots.shareSlot(slot)
+	if err != nil {
+		return err
+	}
+	defer lease.Close() // the spawner has its own copy once sent
+	if err := sc.hold(slot.slot, lease, budget, r.stateDir); err != nil {
 		return err
 	}
 	slot.holder = sc

@@ -53,13 +53,17 @@ func TestValidateTarget(t *testing.T) {
 	}
 }
 
+// TestLeaseUIDSlot: a runtime's leases are distinct slots nobody else can
+// take, all on one descriptor; each slot is free again once released, the
+// descriptor closed with the last.
 func TestLeaseUIDSlot(t *testing.T) {
 	dir := t.TempDir()
-	a, err := leaseUIDSlot(dir)
+	leases := &slotLeases{stateDir: dir}
+	a, err := leases.lease()
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := leaseUIDSlot(dir)
+	b, err := leases.lease()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,8 +73,8 @@ func TestLeaseUIDSlot(t *testing.T) {
 	if a.hostBase() < uidBase || a.hostBase()%uidsPer != 0 {
 		t.Fatalf("base %d", a.hostBase())
 	}
-	// While leased, nobody else can take the slot; once released (the
-	// OFD lock dies with the descriptor), it is free again.
+	// While leased, nobody else can take the slot; once released, it is
+	// free again.
 	f, err := os.OpenFile(filepath.Join(dir, slotsFile), os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -80,8 +84,94 @@ func TestLeaseUIDSlot(t *testing.T) {
 		t.Fatalf("leased slot locked twice: %v %v", ok, err)
 	}
 	a.release()
-	b.release()
+	a.release() // a no-op
 	if ok, err := tryLock(f, a.slot); !ok || err != nil {
 		t.Fatalf("released slot not free: %v %v", ok, err)
+	}
+	if err := unlock(f, a.slot); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := tryLock(f, b.slot); ok || err != nil {
+		t.Fatalf("the other lease went with the first: %v %v", ok, err)
+	}
+	if leases.f == nil {
+		t.Fatal("lock file closed while a slot is held")
+	}
+	b.release()
+	if ok, err := tryLock(f, b.slot); !ok || err != nil {
+		t.Fatalf("released slot not free: %v %v", ok, err)
+	}
+	if leases.f != nil {
+		t.Error("lock file still open with no slot held")
+	}
+}
+
+// TestSharedUIDSlot: a slot shared with a spawner (shareSlot) stays taken
+// while either holder keeps its lock, whichever lets go first, and is
+// never leased twice by its runtime meanwhile.
+func TestSharedUIDSlot(t *testing.T) {
+	dir := t.TempDir()
+	leases := &slotLeases{stateDir: dir}
+	f, err := os.OpenFile(filepath.Join(dir, slotsFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	taken := func(slot int) bool {
+		t.Helper()
+		ok, err := tryLock(f, slot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			if err := unlock(f, slot); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return !ok
+	}
+	for _, runtimeFirst := range []bool{true, false} {
+		s, err := leases.lease()
+		if err != nil {
+			t.Fatal(err)
+		}
+		held, err := leases.shareSlot(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The runtime's own next leases avoid it.
+		var more []*uidSlot
+		for range 64 {
+			m, err := leases.lease()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.slot == s.slot {
+				t.Fatalf("slot %d leased twice by its runtime", s.slot)
+			}
+			more = append(more, m)
+		}
+		if runtimeFirst {
+			s.release() // the runtime is done; the spawner still holds it
+			if !taken(s.slot) {
+				t.Fatal("slot free while the spawner holds it")
+			}
+			held.Close()
+		} else {
+			held.Close() // the spawner died; the runtime still holds it
+			if !taken(s.slot) {
+				t.Fatal("slot free while the runtime holds it")
+			}
+			s.release()
+		}
+		if taken(s.slot) {
+			t.Errorf("slot still taken once both let go (runtime first: %v)", runtimeFirst)
+		}
+		for _, m := range more {
+			m.release()
+		}
+	}
+	if _, err := leases.shareSlot(&uidSlot{leases: leases, slot: 7}); err == nil {
+		t.Error("a slot not leased was shared")
 	}
 }

@@ -41,8 +41,7 @@ type linuxSandbox struct {
 	netMode     sandbox.NetMode
 	egress      sandbox.Egress // proxy mode: closed at Shutdown
 	scratch     *os.File       // the scratch tmpfs (upper layer), detached or the sandbox's
-	layers      []*os.File     // the spec's root layers, flock'd shared until Shutdown
-	leases      []*layerLease  // the runtime's layers (/etc, base), until the init is gone
+	leases      []*layerLease  // the spec's root layers and the runtime's (/etc, locale, base), until the init is gone
 	limits      sandbox.Limits // in force
 	root        *sandbox.RootFS
 	env         []string     // Spec.Env
@@ -50,8 +49,8 @@ type linuxSandbox struct {
 	capture     sync.RWMutex // file operations hold it shared, ExportDiff exclusively
 	diff        diffState    // ExportDiff's incremental state, under capture
 
-	initErr *boundedBuffer // the init's own stderr, for diagnostics
-	errDone chan struct{}  // closed when initErr has all of it
+	initErr *boundedBuffer // the init's own stderr until it is ready (then initStderrTail), for diagnostics
+	errDone chan struct{}  // closed when initErr has all of it (the pipe is closed)
 	exited  chan struct{}  // closed when the init has exited
 	readEnd chan struct{}  // closed when the init's socket is closed
 	ready   chan error     // setup outcome, buffered
@@ -255,7 +254,12 @@ func (s *linuxSandbox) agentGone() error {
 	if how := s.proc.describe(); how != "" {
 		msg += " (" + how + ")"
 	}
-	if tail := bytes.TrimSpace(s.initErr.Bytes()); len(tail) > 0 {
+	words := s.initErr.Bytes()
+	if !s.closing.Load() {
+		// What it said after it was ready, if it was.
+		words = append(words, initStderrTail(s.scratch, int64(s.initErr.max))...)
+	}
+	if tail := bytes.TrimSpace(words); len(tail) > 0 {
 		msg += ": " + string(tail)
 	}
 	return &sandbox.SetupError{Stage: "init", Err: errors.New(msg)}
@@ -328,13 +332,8 @@ func (s *linuxSandbox) Shutdown(ctx context.Context) error {
 		if s.scratch != nil {
 			s.scratch.Close()
 		}
-		closeFiles(s.layers)
 		// An unused layer is removed: never under a live overlay.
-		release := func() {
-			for _, l := range s.leases {
-				l.release()
-			}
-		}
+		release := func() { releaseLayers(s.leases) }
 		select {
 		case <-s.exited:
 			release()

@@ -187,7 +187,7 @@ func TestReclaim(t *testing.T) {
 	defer live.Shutdown(ctx)
 	liveSlot := live.(*linuxSandbox).slot.slot
 	// A free slot's cgroup, as a crashed moat would leave it.
-	lease, err := leaseUIDSlot(r.stateDir)
+	lease, err := r.slots.lease()
 	if err != nil {
 		t.Fatal(err)
 	}

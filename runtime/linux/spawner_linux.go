@@ -39,11 +39,12 @@ import (
 // the child. The spawner is the children's parent: their parent-death
 // signal fires when it dies.
 //
-// Reclaim: the runtime also hands the spawner a copy of each sandbox's uid
-// slot lease (a "hold": the lease's open file description, whose OFD lock
-// stays held while either process keeps it), with the id of the budget
-// the sandbox runs in, if any, and takes it back ("release") once it has
-// removed the sandbox's cgroups itself. When the runtime's process dies
+// Reclaim: the runtime also hands the spawner a lease of its own on each
+// sandbox's uid slot (a "hold": an open file description holding a read
+// lock on the slot, beside the runtime's; the slot stays taken while
+// either process holds its lock: see slotLeases), with the id of the
+// budget the sandbox runs in, if any, and takes it back ("release") once
+// it has removed the sandbox's cgroups itself. When the runtime's process dies
 // (the socket reads end of file, or the parent-death signal, SIGTERM,
 // arrives) the spawner does what the runtime can no longer do: it kills
 // its children (each init's pid namespace dies with it), waits for them,
@@ -181,7 +182,7 @@ type spawnerServer struct {
 
 	// Under mu:
 	kids     map[int]bool     // started, not yet reaped
-	holds    map[int]heldSlot // uid slot → the runtime's lease on it
+	holds    map[int]heldSlot // uid slot → the spawner's lease on it
 	stateDir string
 	lost     bool // the runtime no longer reads
 }
@@ -219,7 +220,8 @@ func (s *spawnerServer) serve() error {
 	}
 }
 
-// hold keeps fds[0], the runtime's lease on slot q.Slot.
+// hold keeps fds[0], the spawner's own lease on slot q.Slot (a read
+// lock the runtime took for it).
 func (s *spawnerServer) hold(q *spawnRequest, fds []int) {
 	if len(fds) != 1 || q.Slot < 0 || q.Slot >= uidSlots || (q.Budget != "" && checkBudgetID(q.Budget) != nil) {
 		closeFDs(fds)
@@ -509,20 +511,21 @@ func startSpawner(initPath, initExe string) (*spawnerClient, error) {
 	return sc, nil
 }
 
-// hold hands the spawner a copy of slot's lease, with the id of the
-// budget its sandbox runs in ("" for none; see the package comment
-// above); the spawner keeps it until release.
-func (sc *spawnerClient) hold(slot *uidSlot, budget, stateDir string) error {
+// hold hands the spawner lease, its own lock on slot (see
+// slotLeases.shareSlot), with the id of the budget its sandbox runs in
+// ("" for none; see the package comment above); the spawner keeps it
+// until release. The caller keeps lease and closes it.
+func (sc *spawnerClient) hold(slot int, lease *os.File, budget, stateDir string) error {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	if sc.dead != nil {
 		return sc.dead
 	}
-	q := spawnRequest{Op: opHold, Slot: slot.slot, StateDir: stateDir, Budget: budget}
-	if err := sc.conn.SendValue("hold", &q, int(slot.f.Fd())); err != nil {
+	q := spawnRequest{Op: opHold, Slot: slot, StateDir: stateDir, Budget: budget}
+	if err := sc.conn.SendValue("hold", &q, int(lease.Fd())); err != nil {
 		return fmt.Errorf("spawner: %w", err)
 	}
-	runtime.KeepAlive(slot.f)
+	runtime.KeepAlive(lease)
 	return nil
 }
 
@@ -579,8 +582,8 @@ func (sc *spawnerClient) read() {
 			if c := sc.kids[m.Pid]; c != nil {
 				delete(sc.kids, m.Pid)
 				c.status = unix.WaitStatus(m.Status)
+				c.pidfd.Close() // before exited: a child seen gone holds nothing
 				close(c.exited)
-				c.pidfd.Close()
 			}
 		case len(sc.answers) == 0:
 			// An answer nobody asked for: the protocol is broken.
@@ -624,8 +627,8 @@ func (sc *spawnerClient) fail(err error) {
 	sc.answers = nil
 	for pid, c := range sc.kids {
 		delete(sc.kids, pid)
-		close(c.exited)
 		c.pidfd.Close()
+		close(c.exited)
 	}
 	sc.conn.Close()
 	sc.proc.kill()

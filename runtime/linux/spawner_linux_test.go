@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +27,21 @@ func newSpawnerRuntime(t *testing.T) *Runtime {
 	}
 	t.Cleanup(func() { r.Close() })
 	return r
+}
+
+// slotTaken reports whether some process holds uid slot's lease.
+func slotTaken(t *testing.T, stateDir string, slot int) bool {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(stateDir, slotsFile), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Start: int64(slot), Len: 1}
+	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_GETLK, &lk); err != nil {
+		t.Fatal(err)
+	}
+	return lk.Type != unix.F_UNLCK
 }
 
 // parentOf reads the parent pid of pid from /proc.
@@ -193,6 +209,11 @@ func TestSpawnerDeathEndsSandboxes(t *testing.T) {
 	}
 	if n, err := unix.Poll([]unix.PollFd{{Fd: int32(initFD), Events: unix.POLLIN}}, 30_000); n != 1 || err != nil {
 		t.Errorf("the init did not exit after its spawner died: %d, %v", n, err)
+	}
+	// The runtime's own lease keeps the slot until Shutdown has removed
+	// the sandbox's cgroup: no other moat may take it meanwhile.
+	if !slotTaken(t, r.stateDir, sb.(*linuxSandbox).slot.slot) {
+		t.Error("the slot of a sandbox not shut down yet went with its spawner")
 	}
 
 	sb2, err := r.Create(ctx, &sandbox.Spec{Limits: sandbox.Limits{Pids: 64}})

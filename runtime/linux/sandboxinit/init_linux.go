@@ -91,19 +91,31 @@ func initSandbox(conn *guest.Conn) (*guest.Setup, int, int, error) {
 	}
 	mark("setup received")
 	restricted, err := buildRoot(s, fds)
+	errFD := -1
+	if err == nil {
+		errFD, err = openStderrFile(fds.Scratch)
+	}
 	closeSetupFDs(fds)
 	mark("root built")
 	if err != nil {
 		return nil, -1, -1, err
 	}
-	if err := checkCwdInRoot(); err != nil {
+	fail := func(err error) (*guest.Setup, int, int, error) {
+		unix.Close(errFD)
 		return nil, -1, -1, err
+	}
+	if err := checkCwdInRoot(); err != nil {
+		return fail(err)
 	}
 	ruleset, err := harden(s, s.Mounts, s.LandlockABI)
 	if err != nil {
-		return nil, -1, -1, err
+		return fail(err)
 	}
 	mark("hardened")
+	// Ready: the host stops reading the pipe (see StderrFile).
+	if err := redirectStderr(errFD); err != nil {
+		return nil, -1, -1, err
+	}
 	return s, homeFD, ruleset, conn.Send(&guest.Message{Type: guest.MsgReady, Phases: phases, Restrict: restricted})
 }
 
