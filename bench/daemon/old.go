@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/moat-sandbox/moat/bench/internal/cli"
+
 	"github.com/moat-sandbox/moat/bench/internal/machine"
 	"github.com/moat-sandbox/moat/bench/schema"
 )
@@ -61,8 +63,16 @@ func buildOld(ctx context.Context, ref string) (*oldTree, *schema.OldDaemon) {
 		t.remove()
 		return fail("%v", err)
 	}
-	// git archive COMMIT | tar -x -C SRC
+	// git archive COMMIT | tar -x -C SRC, from the checkout's root: run
+	// in a subdirectory (bench/, where the benchmarks run), git archive
+	// writes only that subdirectory.
+	root, err := cli.Root()
+	if err != nil {
+		t.remove()
+		return fail("%v", err)
+	}
 	archive := exec.CommandContext(ctx, "git", "archive", "--format=tar", commit)
+	archive.Dir = root
 	untar := exec.CommandContext(ctx, "tar", "-x", "-C", t.src)
 	pipe, err := archive.StdoutPipe()
 	if err != nil {

@@ -63,11 +63,12 @@ type linuxBudget struct {
 	paths map[string]string
 	lease *budgetLease
 
-	mu sync.Mutex
-	// Under mu: live counts its sandboxes (made or being made); closed
-	// refuses new ones; removed says its cgroups are gone.
-	live            int
-	closed, removed bool
+	// use counts its sandboxes (made or being made) and, once closed,
+	// refuses new ones.
+	use sandbox.BudgetUse
+	mu  sync.Mutex
+	// Under mu: removed says its cgroups are gone.
+	removed bool
 }
 
 // checkBudgetID accepts 1 to 64 letters, digits, '-' and '_'
@@ -191,10 +192,9 @@ func (b *linuxBudget) Close() error {
 	if b.removed {
 		return nil
 	}
-	if b.live > 0 {
-		return fmt.Errorf("%w: budget %q has %d live sandbox(es)", sandbox.ErrBusy, b.id, b.live)
+	if err := b.use.Close(b.id); err != nil {
+		return err
 	}
-	b.closed = true
 	if err := removeBudgetDirs(b.paths); err != nil {
 		// A sandbox cgroup its Shutdown could not remove: take it
 		// (its slot is free by now) and try once more.
@@ -216,15 +216,13 @@ func (r *Runtime) acquireBudget(id string) (*linuxBudget, error) {
 	r.budgetsMu.Lock()
 	b := r.budgets[id]
 	r.budgetsMu.Unlock()
-	if b != nil {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		if !b.closed {
-			b.live++
-			return b, nil
-		}
+	if b == nil {
+		return nil, fmt.Errorf("%w: budget %q: no live budget of the runtime has this id", sandbox.ErrInvalidSpec, id)
 	}
-	return nil, fmt.Errorf("%w: budget %q: no live budget of the runtime has this id", sandbox.ErrInvalidSpec, id)
+	if err := b.use.Enter(id); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // release drops a reference acquireBudget took. Safe on a nil budget.
@@ -232,9 +230,7 @@ func (b *linuxBudget) release() {
 	if b == nil {
 		return
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.live--
+	b.use.Leave()
 }
 
 // forgetBudget removes a closed budget from r's table.

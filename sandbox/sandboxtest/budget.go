@@ -55,15 +55,13 @@ func (r *Runtime) acquireBudget(id string) (*Budget, error) {
 	r.budgetsMu.Lock()
 	b := r.budgets[id]
 	r.budgetsMu.Unlock()
-	if b != nil {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		if !b.closed {
-			b.live++
-			return b, nil
-		}
+	if b == nil {
+		return nil, fmt.Errorf("%w: budget %q: no live budget of the runtime has this id", sandbox.ErrInvalidSpec, id)
 	}
-	return nil, fmt.Errorf("%w: budget %q: no live budget of the runtime has this id", sandbox.ErrInvalidSpec, id)
+	if err := b.use.Enter(id); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // Budget is a fake budget: a name and a count of the sandboxes in it.
@@ -72,8 +70,9 @@ type Budget struct {
 	id     string
 	limits sandbox.Limits
 
+	use sandbox.BudgetUse
+	// mu orders Close: a second one does nothing.
 	mu     sync.Mutex
-	live   int
 	closed bool
 }
 
@@ -85,9 +84,7 @@ func (b *Budget) Limits() sandbox.Limits { return b.limits }
 
 // Live counts the sandboxes in the budget.
 func (b *Budget) Live() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.live
+	return b.use.Live()
 }
 
 // CPUTime is 0: the fake runs nothing on a CPU it accounts.
@@ -101,8 +98,8 @@ func (b *Budget) Close() error {
 	if b.closed {
 		return nil
 	}
-	if b.live > 0 {
-		return fmt.Errorf("%w: budget %q has %d live sandbox(es)", sandbox.ErrBusy, b.id, b.live)
+	if err := b.use.Close(b.id); err != nil {
+		return err
 	}
 	b.closed = true
 	b.r.budgetsMu.Lock()
@@ -116,7 +113,5 @@ func (b *Budget) release() {
 	if b == nil {
 		return
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.live--
+	b.use.Leave()
 }
