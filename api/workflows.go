@@ -13,7 +13,7 @@ const (
 	RunRunning   = "running"   // at least one step is running or ready
 	RunSucceeded = "succeeded" // every step succeeded
 	RunFailed    = "failed"    // a step failed after its retries
-	RunCancelled = "cancelled" // workflow.cancel, or the daemon stopped for good
+	RunCancelled = "cancelled" // workflow.cancel (a stopping daemon leaves its runs running)
 )
 
 // Workflow step states (WorkflowStep.State).
@@ -202,4 +202,18 @@ type WorkflowEvent struct {
 	Message   string             `json:"message,omitempty"`
 	Result    *sandbox.Result    `json:"result,omitempty"`
 	Artifacts []WorkflowArtifact `json:"artifacts,omitempty"`
+}
+
+// RunEnded reports whether a run in state has ended (until a resume).
+func RunEnded(state string) bool {
+	return state == RunSucceeded || state == RunFailed || state == RunCancelled
+}
+
+// StepEnded reports whether a step in state has ended (until a resume).
+func StepEnded(state string) bool {
+	switch state {
+	case StepSucceeded, StepFailed, StepSkipped, StepCancelled:
+		return true
+	}
+	return false
 }

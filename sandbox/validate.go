@@ -262,6 +262,22 @@ func CheckBudgetID(id string) error {
 	return nil
 }
 
+// CheckBudget checks what a Budgeter's NewBudget is given: the id
+// (CheckBudgetID) and the limits (Limits.Validate), whose DiskBytes must
+// be zero (each sandbox has its own disk). Errors wrap ErrInvalidSpec.
+func CheckBudget(id string, l Limits) error {
+	if err := CheckBudgetID(id); err != nil {
+		return err
+	}
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	if l.DiskBytes != 0 {
+		return fmt.Errorf("%w: a budget has no disk limit (each sandbox has its own)", ErrInvalidSpec)
+	}
+	return nil
+}
+
 // CheckEnv accepts KEY=VALUE entries with a non-empty key and no NUL byte.
 func CheckEnv(env []string) error {
 	for _, kv := range env {

@@ -74,6 +74,22 @@ func TestLimitsCPUWeight(t *testing.T) {
 	}
 }
 
+// TestCheckBudget: a budget's id and limits are checked as a spec's, and
+// a disk limit is refused; control: a well-formed budget passes.
+func TestCheckBudget(t *testing.T) {
+	if err := CheckBudget("wf-1_a", Limits{CPUs: 1, MemoryBytes: 64 << 20, Pids: 64, CPUWeight: 10}); err != nil {
+		t.Errorf("control: %v", err)
+	}
+	for _, c := range []struct {
+		id string
+		l  Limits
+	}{{"", Limits{}}, {"a/b", Limits{}}, {"ok", Limits{DiskBytes: 1 << 30}}, {"ok", Limits{CPUWeight: MaxCPUWeight + 1}}} {
+		if err := CheckBudget(c.id, c.l); !errors.Is(err, ErrInvalidSpec) {
+			t.Errorf("budget %q %+v: %v", c.id, c.l, err)
+		}
+	}
+}
+
 // TestProcessValidate: argv and environment over MaxArgvEnv are too big
 // (ErrInvalidSpec and ErrTooBig); NUL bytes and a relative cwd invalid.
 func TestProcessValidate(t *testing.T) {

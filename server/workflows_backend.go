@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -235,7 +234,7 @@ func (b wfBackend) create(ctx context.Context, o engine.Owner, req engine.Create
 	}
 	st := &stepSandbox{inputs: req.Inputs, budget: req.Budget, env: req.Env}
 	resp, err := b.s.dispatch(ctx, ownerCaller(o), api.OpSandboxCreate, b.s.createStep(st, first), internalInput(creq))
-	if ae := (*api.Error)(nil); errors.As(err, &ae) && ae.Code == api.CodeTooMany {
+	if isCode(err, api.CodeTooMany) {
 		// A quota or a resource of the daemon: room frees up as
 		// sandboxes end, and the engine waits for it.
 		return "", fmt.Errorf("%w: %w", engine.ErrCapacity, err)
@@ -421,20 +420,15 @@ func (s *Service) earlyStep(first *firstExec, taken *bool) handler {
 }
 
 // answerResult is the result an exec answered: the result itself, or an
-// execAnswer (its output still in captures), read whole.
+// execAnswer with its output read from its captures (which the caller
+// releases after).
 func answerResult(resp any) (*sandbox.Result, error) {
 	switch r := resp.(type) {
 	case *sandbox.Result:
 		return r, nil
 	case *execAnswer:
-		b, err := r.MarshalJSON()
-		if err != nil {
-			return nil, fmt.Errorf("reading the step's output: %w", err)
-		}
-		var res sandbox.Result
-		if err := json.Unmarshal(b, &res); err != nil {
-			return nil, fmt.Errorf("reading the step's result: %w", err)
-		}
+		res := *r.res
+		res.Stdout, res.Stderr = r.stdout.c.String(), r.stderr.c.String()
 		return &res, nil
 	case nil:
 		return nil, errors.New("the exec answered no result")

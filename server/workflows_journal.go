@@ -99,7 +99,7 @@ func (j *wfJournal) SaveRun(ctx context.Context, r *engine.Record, evs []api.Wor
 		return err
 	}
 	j.auditEnds(r, jr)
-	if runEnded(r.Run.State) {
+	if api.RunEnded(r.Run.State) {
 		j.mu.Lock()
 		delete(j.runs, r.Run.ID)
 		j.mu.Unlock()
@@ -124,20 +124,6 @@ func (j *wfJournal) loadStates(ctx context.Context, tenant, id string, jr *journ
 	}
 }
 
-// runEnded reports whether a run in state has ended.
-func runEnded(state string) bool {
-	return state == api.RunSucceeded || state == api.RunFailed || state == api.RunCancelled
-}
-
-// stepEnded reports whether a step in state has ended.
-func stepEnded(state string) bool {
-	switch state {
-	case api.StepSucceeded, api.StepFailed, api.StepSkipped, api.StepCancelled:
-		return true
-	}
-	return false
-}
-
 // maxAuditArtifacts bounds the artifacts a workflow.step event lists.
 const maxAuditArtifacts = 128
 
@@ -147,12 +133,12 @@ func (j *wfJournal) auditEnds(r *engine.Record, jr *journaledRun) {
 	run := &r.Run
 	for i := range run.Steps {
 		st := &run.Steps[i]
-		if stepEnded(st.State) && jr.steps[st.ID] != st.State {
+		if api.StepEnded(st.State) && jr.steps[st.ID] != st.State {
 			j.s.record(stepEvent(r.Owner, run.ID, st))
 		}
 		jr.steps[st.ID] = st.State
 	}
-	if runEnded(run.State) && jr.state != run.State {
+	if api.RunEnded(run.State) && jr.state != run.State {
 		j.s.record(runEvent(r.Owner, run))
 	}
 	jr.state = run.State

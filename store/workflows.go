@@ -119,9 +119,9 @@ func unit(tx *sql.Tx, name string, fn func() error) error {
 	return err
 }
 
-// AppendWorkflowEvents adds events to the run run, in one transaction.
-// The run's row need not exist yet (the workflow engine journals a
-// transition's events before the run's record), so the caller checks the
+// AppendWorkflowEvents adds events to the run run, in one transaction,
+// without its record (the workflow journal writes both together with
+// PutWorkflowRun). The run's row need not exist, so the caller checks the
 // run is its tenant's before it reads them (GetWorkflowRun). An event
 // whose Seq the run already has replaces it: the last write of a number
 // wins.

@@ -176,9 +176,9 @@ func (r *reader) retry(f *fields, field string, n *yaml.Node) {
 	})
 }
 
-// reservedEnv reports whether key is a variable the engine sets in every
-// step.
-func reservedEnv(key string) bool {
+// ReservedEnv reports whether key is a variable the engine sets in every
+// step (EnvRun, EnvStep, EnvAttempt): a document may not set it.
+func ReservedEnv(key string) bool {
 	return key == EnvRun || key == EnvStep || key == EnvAttempt
 }
 
@@ -190,7 +190,7 @@ func (r *reader) env(n *yaml.Node, field string) map[string]string {
 		switch {
 		case key == "" || strings.ContainsAny(key, "=\x00"):
 			r.fail(k, field, "%q is not a variable name", key)
-		case reservedEnv(key):
+		case ReservedEnv(key):
 			r.fail(k, name, "set by the workflow engine in every step")
 		default:
 			if s, ok := r.text(v, name); ok {

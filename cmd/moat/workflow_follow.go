@@ -94,26 +94,17 @@ func waitEnd(ctx context.Context, c *client.Client, id string, after uint64, fn 
 		if err != nil {
 			return nil, err
 		}
-		if s := endState(lastType); s != "" && !runEnded(run.State) {
+		if s := endState(lastType); s != "" && !api.RunEnded(run.State) {
 			// The run's end was announced before its record caught up.
 			run.State = s
 		}
-		if runEnded(run.State) {
+		if api.RunEnded(run.State) {
 			return run, nil
 		}
 		if !progressed {
 			return nil, fmt.Errorf("the event stream of run %s ended before the run (state %s)", id, run.State)
 		}
 	}
-}
-
-// runEnded reports whether a run in state s has ended.
-func runEnded(s string) bool {
-	switch s {
-	case api.RunSucceeded, api.RunFailed, api.RunCancelled:
-		return true
-	}
-	return false
 }
 
 // endState is the run state an event of type typ announces ("" for an

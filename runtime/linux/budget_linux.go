@@ -71,11 +71,6 @@ type linuxBudget struct {
 	removed bool
 }
 
-// checkBudgetID accepts 1 to 64 letters, digits, '-' and '_'
-// (sandbox.CheckBudgetID): what a cgroup's and a lease file's name may
-// hold.
-func checkBudgetID(id string) error { return sandbox.CheckBudgetID(id) }
-
 // NewBudget makes budget id with limits l (CPUs, MemoryBytes, Pids and
 // CPUWeight; zero fields are unlimited, DiskBytes must be zero: each
 // sandbox has its own disk). A malformed id or limits wrap
@@ -84,14 +79,8 @@ func checkBudgetID(id string) error { return sandbox.CheckBudgetID(id) }
 // needs wraps sandbox.ErrUnsupported. Cgroups left under the same id by a
 // dead owner are reclaimed first.
 func (r *Runtime) NewBudget(id string, l sandbox.Limits) (sandbox.Budget, error) {
-	if err := checkBudgetID(id); err != nil {
+	if err := sandbox.CheckBudget(id, l); err != nil {
 		return nil, err
-	}
-	if err := l.Validate(); err != nil {
-		return nil, err
-	}
-	if l.DiskBytes != 0 {
-		return nil, fmt.Errorf("%w: a budget has no disk limit (each sandbox has its own)", sandbox.ErrInvalidSpec)
 	}
 	layout := r.cgroupLayout()
 	if layout.err != nil {

@@ -62,21 +62,12 @@ func leaseBudget(stateDir, id string) (*budgetLease, error) {
 			}
 			return nil, errBudgetTaken
 		}
-		if sameFile(f, path) {
+		if samePath(int(f.Fd()), path) {
 			return &budgetLease{f: f, path: path}, nil
 		}
 		f.Close() // unlinked by its last owner meanwhile
 	}
 	return nil, fmt.Errorf("budget lease %s: the file keeps being replaced", path)
-}
-
-// sameFile reports whether path still names the file open as f.
-func sameFile(f *os.File, path string) bool {
-	var a, b unix.Stat_t
-	if unix.Fstat(int(f.Fd()), &a) != nil || unix.Lstat(path, &b) != nil {
-		return false
-	}
-	return a.Dev == b.Dev && a.Ino == b.Ino
 }
 
 // release unlinks the lease file and drops the lock. Safe to call more
@@ -88,12 +79,6 @@ func (l *budgetLease) release() {
 	_ = os.Remove(l.path)
 	l.f.Close()
 	l.f = nil
-}
-
-// openSlotLeases opens the uid slots' lock file on a descriptor of its
-// own, whose locks conflict with every live lease (this process's too).
-func openSlotLeases(stateDir string) (*os.File, error) {
-	return os.OpenFile(filepath.Join(stateDir, slotsFile), os.O_RDWR|os.O_CREATE, 0o600)
 }
 
 // reclaimBudgetChildren removes the cgroups under parent (a budget's
@@ -183,7 +168,7 @@ func budgetNames(l *cgroupLayout) []string {
 		}
 		for _, e := range ents {
 			id, ok := strings.CutPrefix(e.Name(), budgetPrefix)
-			if ok && e.IsDir() && checkBudgetID(id) == nil && !slices.Contains(ids, id) {
+			if ok && e.IsDir() && sandbox.CheckBudgetID(id) == nil && !slices.Contains(ids, id) {
 				ids = append(ids, id)
 			}
 		}

@@ -108,7 +108,7 @@ func (l *cgroupLayout) paths(slot int) map[string]string {
 // slotPaths returns the cgroup directories of sandbox slot in budget
 // ("" for none) in each hierarchy it may be in.
 //
-// Preconditions: budget is "" or a valid budget id (checkBudgetID).
+// Preconditions: budget is "" or a valid budget id (sandbox.CheckBudgetID).
 func (l *cgroupLayout) slotPaths(budget string, slot int) map[string]string {
 	if budget == "" {
 		return l.paths(slot)

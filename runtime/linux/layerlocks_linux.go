@@ -205,7 +205,7 @@ func flockRetry(fd, how int) error {
 	}
 }
 
-// samePath says whether path (not followed) is the directory open as fd.
+// samePath says whether path (not followed) is the file open as fd.
 func samePath(fd int, path string) bool {
 	var a, b unix.Stat_t
 	if unix.Fstat(fd, &a) != nil || unix.Lstat(path, &b) != nil {

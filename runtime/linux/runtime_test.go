@@ -112,24 +112,7 @@ func TestLeaseUIDSlot(t *testing.T) {
 func TestSharedUIDSlot(t *testing.T) {
 	dir := t.TempDir()
 	leases := &slotLeases{stateDir: dir}
-	f, err := os.OpenFile(filepath.Join(dir, slotsFile), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	taken := func(slot int) bool {
-		t.Helper()
-		ok, err := tryLock(f, slot)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ok {
-			if err := unlock(f, slot); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return !ok
-	}
+	taken := func(slot int) bool { return slotTaken(t, dir, slot) }
 	for _, runtimeFirst := range []bool{true, false} {
 		s, err := leases.lease()
 		if err != nil {

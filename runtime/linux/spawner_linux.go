@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/moat-sandbox/moat/guest"
+	"github.com/moat-sandbox/moat/sandbox"
 )
 
 // The spawner is a small process, started once, that forks the runtime's
@@ -223,7 +224,7 @@ func (s *spawnerServer) serve() error {
 // hold keeps fds[0], the spawner's own lease on slot q.Slot (a read
 // lock the runtime took for it).
 func (s *spawnerServer) hold(q *spawnRequest, fds []int) {
-	if len(fds) != 1 || q.Slot < 0 || q.Slot >= uidSlots || (q.Budget != "" && checkBudgetID(q.Budget) != nil) {
+	if len(fds) != 1 || q.Slot < 0 || q.Slot >= uidSlots || (q.Budget != "" && sandbox.CheckBudgetID(q.Budget) != nil) {
 		closeFDs(fds)
 		return
 	}
@@ -315,7 +316,7 @@ func (s *spawnerServer) reclaim() {
 // reaped, unless the cgroup holds some that never were its) are killed; a
 // cgroup still busy is retried until deadline.
 //
-// Preconditions: budget is "" or a valid budget id (checkBudgetID).
+// Preconditions: budget is "" or a valid budget id (sandbox.CheckBudgetID).
 func removeSlotCgroup(mnt, budget string, slot int, deadline time.Time) error {
 	parent := filepath.Join(mnt, cgroupParent)
 	if budget != "" {

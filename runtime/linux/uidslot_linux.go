@@ -87,7 +87,7 @@ func (l *slotLeases) lease() (*uidSlot, error) {
 		if err := os.MkdirAll(l.stateDir, 0o700); err != nil {
 			return nil, fmt.Errorf("state dir: %w", err)
 		}
-		f, err := os.OpenFile(filepath.Join(l.stateDir, slotsFile), os.O_RDWR|os.O_CREATE, 0o600)
+		f, err := openSlotLeases(l.stateDir)
 		if err != nil {
 			return nil, fmt.Errorf("uid slots: %w", err)
 		}
@@ -111,6 +111,13 @@ func (l *slotLeases) lease() (*uidSlot, error) {
 	}
 	l.closeIfIdle()
 	return nil, errNoSlot
+}
+
+// openSlotLeases opens the uid slots' lock file on an open file
+// description of its own, whose locks conflict with every other's (this
+// process's leases too).
+func openSlotLeases(stateDir string) (*os.File, error) {
+	return os.OpenFile(filepath.Join(stateDir, slotsFile), os.O_RDWR|os.O_CREATE, 0o600)
 }
 
 // drop gives slot back: its lock goes (with the descriptor, when it was

@@ -16,14 +16,8 @@ var _ sandbox.Budgeter = (*Runtime)(nil)
 // The fake only keeps count: it enforces none of the limits, and CPUTime
 // is always 0.
 func (r *Runtime) NewBudget(id string, l sandbox.Limits) (sandbox.Budget, error) {
-	if err := sandbox.CheckBudgetID(id); err != nil {
+	if err := sandbox.CheckBudget(id, l); err != nil {
 		return nil, err
-	}
-	if err := l.Validate(); err != nil {
-		return nil, err
-	}
-	if l.DiskBytes != 0 {
-		return nil, fmt.Errorf("%w: a budget has no disk limit (each sandbox has its own)", sandbox.ErrInvalidSpec)
 	}
 	r.budgetsMu.Lock()
 	defer r.budgetsMu.Unlock()

@@ -149,12 +149,12 @@ func (r *run) spec(ps *workflow.PlanStep, n int, startSnap string) *spec {
 			sp.err = cmp.Or(sp.err, err)
 			continue
 		}
-		sp.create.Inputs = append(sp.create.Inputs, sandbox.Bind{Source: dir + "/out", Target: ps.Inputs[id]})
+		sp.create.Inputs = append(sp.create.Inputs, sandbox.Bind{Source: outDir(dir), Target: ps.Inputs[id]})
 	}
 	if len(ps.Outputs) > 0 {
 		dir, err := r.stepDir(ps.ID)
 		sp.err = cmp.Or(sp.err, err)
-		sp.outDir = dir + "/out"
+		sp.outDir = outDir(dir)
 	}
 	for _, g := range ps.Groups { // innermost first
 		if gr := r.groups[g]; gr != nil && gr.budget != nil {
@@ -169,7 +169,7 @@ func (r *run) spec(ps *workflow.PlanStep, n int, startSnap string) *spec {
 	if r.producer(ps.ID) {
 		dir, err := r.stepDir(ps.ID)
 		sp.err = cmp.Or(sp.err, err)
-		rt.tee = newTee(fmt.Sprintf("%s/stdout.%d", dir, n))
+		rt.tee = newTee(stdoutFile(dir, n))
 		sp.stdout = rt.tee
 	}
 	if ps.StdinFrom != "" {
@@ -186,7 +186,7 @@ func stepEnv(env []string, run, step string, attempt int) []string {
 	out := make([]string, 0, len(env)+3)
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
-		if k != workflow.EnvRun && k != workflow.EnvStep && k != workflow.EnvAttempt {
+		if !workflow.ReservedEnv(k) {
 			out = append(out, kv)
 		}
 	}
@@ -216,7 +216,7 @@ func (r *run) stdinOf(producer string) (*tee, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := endedTee(fmt.Sprintf("%s/stdout.%d", dir, st.Attempt))
+	t := endedTee(stdoutFile(dir, st.Attempt))
 	r.steps[producer].tee = t
 	return t, nil
 }
@@ -230,6 +230,16 @@ func (r *run) stepDir(step string) (string, error) {
 		return "", fmt.Errorf("step id %q cannot name a directory", step)
 	}
 	return r.e.o.ArtifactDir + "/" + r.id + "/" + step, nil
+}
+
+// outDir is where a step's outputs are collected, in its directory dir
+// (stepDir).
+func outDir(dir string) string { return dir + "/out" }
+
+// stdoutFile is the kept stdout of a step's attempt n, in its directory
+// dir (stepDir).
+func stdoutFile(dir string, attempt int) string {
+	return dir + "/stdout." + strconv.Itoa(attempt)
 }
 
 // attempt runs one attempt and reports how it ended. The sandbox is

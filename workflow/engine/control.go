@@ -17,7 +17,7 @@ import (
 func (e *Engine) Cancel(ctx context.Context, tenant, id string) (*api.WorkflowRun, error) {
 	if r := e.owned(tenant, id); r != nil {
 		r.mu.Lock()
-		if runEnded(r.rec.Run.State) {
+		if api.RunEnded(r.rec.Run.State) {
 			state := r.rec.Run.State
 			r.mu.Unlock()
 			return nil, fmt.Errorf("run %s has %s: %w", id, state, ErrConflict)
@@ -41,7 +41,7 @@ func (e *Engine) Cancel(ctx context.Context, tenant, id string) (*api.WorkflowRu
 	if err != nil {
 		return nil, err
 	}
-	if runEnded(rec.Run.State) {
+	if api.RunEnded(rec.Run.State) {
 		return nil, fmt.Errorf("run %s has %s: %w", id, rec.Run.State, ErrConflict)
 	}
 	// A run the journal has as unfinished that no engine schedules (the
@@ -63,19 +63,12 @@ func (e *Engine) cancelRecord(ctx context.Context, rec *Record) (*api.WorkflowRu
 	var sandboxes []string
 	for i := range rec.Run.Steps {
 		st := &rec.Run.Steps[i]
-		if stepEnded(st.State) {
+		if api.StepEnded(st.State) {
 			continue
 		}
 		if st.State == api.StepRunning {
-			if a := attemptOf(st, st.Attempt); a != nil && a.State == api.StepRunning {
-				a.State, a.Ended, a.Error = api.StepCancelled, &now, "the run was cancelled"
-				if a.Sandbox != "" {
-					sandboxes = append(sandboxes, a.Sandbox)
-				}
-			}
-			if st.Snapshot != "" {
-				r.trash = append(r.trash, st.Snapshot)
-				st.Snapshot = ""
+			if sb := r.endStale(st, api.StepCancelled, "the run was cancelled", now); sb != "" {
+				sandboxes = append(sandboxes, sb)
 			}
 		}
 		st.State, st.Ended = api.StepCancelled, &now
@@ -114,7 +107,7 @@ func (e *Engine) Resume(ctx context.Context, tenant, id, from string) (*api.Work
 		r.mu.Lock()
 		state := r.rec.Run.State
 		r.mu.Unlock()
-		if !runEnded(state) {
+		if !api.RunEnded(state) {
 			return nil, fmt.Errorf("run %s is %s: %w", id, state, ErrConflict)
 		}
 		select {
@@ -207,7 +200,7 @@ func (r *run) checkResume(again map[string]bool) error {
 			}
 			dir, err := r.stepDir(p)
 			if err == nil {
-				_, err = os.Stat(dir + "/out")
+				_, err = os.Stat(outDir(dir))
 			}
 			if err != nil {
 				return fmt.Errorf("step %s takes the outputs of step %s, which are gone (%v): resume from %s: %w", ps.ID, p, err, p, ErrConflict)
@@ -216,7 +209,7 @@ func (r *run) checkResume(again map[string]bool) error {
 		if p := ps.StdinFrom; p != "" && !again[p] {
 			dir, err := r.stepDir(p)
 			if err == nil {
-				_, err = os.Stat(fmt.Sprintf("%s/stdout.%d", dir, r.step(p).Attempt))
+				_, err = os.Stat(stdoutFile(dir, r.step(p).Attempt))
 			}
 			if err != nil {
 				return fmt.Errorf("step %s reads the stdout of step %s, which is gone (%v): resume from %s: %w", ps.ID, p, err, p, ErrConflict)
@@ -242,7 +235,7 @@ func (e *Engine) AddStep(ctx context.Context, tenant, id, group string, step []b
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if runEnded(r.rec.Run.State) || r.ctx.Err() != nil {
+	if api.RunEnded(r.rec.Run.State) || r.ctx.Err() != nil {
 		return nil, fmt.Errorf("run %s is %s: %w", id, r.rec.Run.State, ErrConflict)
 	}
 	g := r.plan.Group(group)

@@ -47,8 +47,8 @@ type Options struct {
 // a retry from scratch puts the step's chain of `from` ancestors back to
 // pending (attempt history kept, attempt numbers continuing) so that the
 // scheduler runs them again before the step. Every transition is
-// journalled (SaveRun, AppendEvents) under the run's lock, which is never
-// held across a Backend call.
+// journalled (Journal.SaveRun: the state and its events in one write)
+// under the run's lock, which is never held across a Backend call.
 type Engine struct {
 	b   Backend
 	j   Journal

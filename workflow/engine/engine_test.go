@@ -251,6 +251,14 @@ func TestTenancy(t *testing.T) {
 	h := newHarness(t)
 	r := h.run("name: mine\nsteps:\n  - id: a\n    run: [ok]\n", api.RunSucceeded)
 	ctx := testCtx(t)
+	// Controls: the owner sees the run, and cancelling it is a conflict
+	// (it ended), not "not found".
+	if got, err := h.e.Get(ctx, tenant, r.ID); err != nil || got.ID != r.ID {
+		t.Fatalf("get by its tenant: %v", err)
+	}
+	if _, err := h.e.Cancel(ctx, tenant, r.ID); !errors.Is(err, ErrConflict) {
+		t.Errorf("cancel of an ended run by its tenant: %v", err)
+	}
 	if _, err := h.e.Get(ctx, "other", r.ID); !errors.Is(err, ErrNotFound) {
 		t.Errorf("get by another tenant: %v", err)
 	}

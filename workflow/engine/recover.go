@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/moat-sandbox/moat/api"
 )
@@ -30,7 +31,7 @@ func (e *Engine) Recover(ctx context.Context) error {
 		if e.active(rec.Run.ID) != nil {
 			continue
 		}
-		if runEnded(rec.Run.State) {
+		if api.RunEnded(rec.Run.State) {
 			if err := e.collectGarbage(ctx, rec); err != nil {
 				errs = append(errs, fmt.Errorf("clean up run %s: %w", rec.Run.ID, err))
 			}
@@ -73,15 +74,8 @@ func (e *Engine) recoverRun(ctx context.Context, rec *Record) error {
 		st := r.step(ps.ID)
 		switch st.State {
 		case api.StepRunning:
-			if a := attemptOf(st, st.Attempt); a != nil && a.State == api.StepRunning {
-				a.State, a.Ended, a.Error = AttemptInterrupted, &now, "the daemon stopped"
-				if a.Sandbox != "" {
-					sandboxes = append(sandboxes, a.Sandbox)
-				}
-			}
-			if st.Snapshot != "" { // taken by the interrupted attempt
-				r.trash = append(r.trash, st.Snapshot)
-				st.Snapshot = ""
+			if sb := r.endStale(st, AttemptInterrupted, "the daemon stopped", now); sb != "" {
+				sandboxes = append(sandboxes, sb)
 			}
 			st.State = api.StepPending
 			steps = append(steps, ps.ID)
@@ -106,6 +100,24 @@ func (e *Engine) recoverRun(ctx context.Context, rec *Record) error {
 		return err
 	}
 	return e.startRun(r)
+}
+
+// endStale ends the latest attempt of st, a step journalled as running
+// that no engine runs (its daemon stopped), with state and why, and puts
+// the snapshot that attempt took in the trash. It returns the attempt's
+// sandbox, for the caller to delete outside the run's lock ("" for none).
+// Called with mu held.
+func (r *run) endStale(st *api.WorkflowStep, state, why string, now time.Time) string {
+	sb := ""
+	if a := attemptOf(st, st.Attempt); a != nil && a.State == api.StepRunning {
+		a.State, a.Ended, a.Error = state, &now, why
+		sb = a.Sandbox
+	}
+	if st.Snapshot != "" {
+		r.trash = append(r.trash, st.Snapshot)
+		st.Snapshot = ""
+	}
+	return sb
 }
 
 // failRecord ends a run that cannot be scheduled as failed.

@@ -265,29 +265,11 @@ func (r *run) groupEnded(id string) bool {
 			continue
 		}
 		n++
-		if !stepEnded(r.step(ps.ID).State) {
+		if !api.StepEnded(r.step(ps.ID).State) {
 			return false
 		}
 	}
 	return n > 0
-}
-
-// stepEnded reports whether a step state is final (until a resume).
-func stepEnded(state string) bool {
-	switch state {
-	case api.StepSucceeded, api.StepFailed, api.StepSkipped, api.StepCancelled:
-		return true
-	}
-	return false
-}
-
-// runEnded reports whether a run state is final (until a resume).
-func runEnded(state string) bool {
-	switch state {
-	case api.RunSucceeded, api.RunFailed, api.RunCancelled:
-		return true
-	}
-	return false
 }
 
 // reset puts a step back to pending for a new round (a resume or a retry

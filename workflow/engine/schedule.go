@@ -116,7 +116,7 @@ func (r *run) pass() (p pass) {
 		// cannot happen. The plan's validation rules this out; end the run
 		// rather than hang.
 		for _, ps := range r.plan.Steps {
-			if st := r.step(ps.ID); !stepEnded(st.State) {
+			if st := r.step(ps.ID); !api.StepEnded(st.State) {
 				r.skip(ps.ID, "it can never start: what it waits for will not happen", now)
 			}
 		}
@@ -147,7 +147,7 @@ func (r *run) readySteps(now time.Time) (ready []*stepRT, left int, wakeAt time.
 				continue
 			}
 		default:
-			if !stepEnded(st.State) {
+			if !api.StepEnded(st.State) {
 				left++
 			}
 			continue
@@ -480,17 +480,14 @@ func cpuWeight(priority string) int {
 	}
 }
 
-// maxBackoff caps the wait between two attempts.
-const maxBackoff = time.Minute
-
 // backoff is the wait after the tries-th failed attempt: base, doubled
-// for each further failure, at most maxBackoff.
+// for each further failure, at most workflow.MaxBackoff.
 func backoff(base time.Duration, tries int) time.Duration {
 	d := base
-	for i := 1; i < tries && d < maxBackoff; i++ {
+	for i := 1; i < tries && d < workflow.MaxBackoff; i++ {
 		d *= 2
 	}
-	return min(d, maxBackoff)
+	return min(d, workflow.MaxBackoff)
 }
 
 // chain lists the `from` ancestors of a step, nearest first.
