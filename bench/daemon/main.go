@@ -207,15 +207,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		rep.Errors = append(rep.Errors, "interrupted")
 	}
 	finish(rep)
-	code := 0
-	if rep.Failed {
-		code = 1
-	}
-	if err := o.Write(rep, stdout, logf); err != nil {
-		logf("%v", err)
-		code = 1
-	}
-	return code
+	return o.Conclude(rep.Failed, rep, stdout, logf)
 }
 
 // execute runs the phases: the old daemon's build, the floods, the exec

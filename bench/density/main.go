@@ -78,16 +78,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	execute(ctx, o, rep, logf)
 	cli.Finish(&rep.Run, start)
 
-	code := 0
 	if rep.Failed {
-		code = 1
 		logf("%d error(s); first: %s", len(rep.Errors), rep.Errors[0])
 	}
-	if err := o.Write(rep, stdout, logf); err != nil {
-		logf("%v", err)
-		code = 1
-	}
-	return code
+	return o.Conclude(rep.Failed, rep, stdout, logf)
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {

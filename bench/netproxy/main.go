@@ -104,15 +104,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	for _, e := range rep.Errors {
 		logf("failed: %s", e)
 	}
-	code := 0
-	if rep.Failed {
-		code = 1
-	}
-	if err := o.Write(rep, stdout, logf); err != nil {
-		logf("%v", err)
-		code = 1
-	}
-	return code
+	return o.Conclude(rep.Failed, rep, stdout, logf)
 }
 
 // failf records a failed transfer.

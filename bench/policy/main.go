@@ -62,15 +62,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if rep.Mix == nil {
 		rep.Mix = &schema.PolicyRow{Request: "no request measured"}
 	}
-	code := 0
-	if rep.Failed {
-		code = 1
-	}
-	if err := f.Write(rep, stdout, logf); err != nil {
-		logf("%v", err)
-		code = 1
-	}
-	return code
+	return f.Conclude(rep.Failed, rep, stdout, logf)
 }
 
 // measure fills rep: compiling the policy, each request's decisions (the

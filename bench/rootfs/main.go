@@ -109,15 +109,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if res.Failures > 0 {
 		res.Failed = true
 	}
-	code := 0
-	if res.Failed {
-		code = 1
-	}
-	if err := o.Write(res, stdout, logf); err != nil {
-		logf("%v", err)
-		code = 1
-	}
-	return code
+	return o.Conclude(res.Failed, res, stdout, logf)
 }
 
 type env struct {

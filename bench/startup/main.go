@@ -177,15 +177,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	fillRatios(rep.Systems)
 
-	code := 0
-	if rep.Failed {
-		code = 1
-	}
-	if err := o.Write(rep, stdout, logf); err != nil {
-		logf("%v", err)
-		code = 1
-	}
-	return code
+	return o.Conclude(rep.Failed, rep, stdout, logf)
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {

@@ -172,15 +172,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		logf("%v", err)
 	}
 	cli.Finish(&rep.Run, start)
-	code := 0
-	if rep.Failed {
-		code = 1
-	}
-	if err := f.Write(rep, stdout, logf); err != nil {
-		logf("%v", err)
-		code = 1
-	}
-	return code
+	return f.Conclude(rep.Failed, rep, stdout, logf)
 }
 
 // measure runs the rounds and fills rep.Results; it stops at the first

@@ -133,14 +133,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fail(rep, "interrupted")
 	}
 
-	code := 0
 	if rep.Failed {
-		code = 1
 		logf("%d error(s); first: %s", len(rep.Errors), rep.Errors[0])
 	}
-	if err := o.Write(rep, stdout, logf); err != nil {
-		logf("%v", err)
-		code = 1
-	}
-	return code
+	return o.Conclude(rep.Failed, rep, stdout, logf)
 }

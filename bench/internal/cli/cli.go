@@ -201,6 +201,20 @@ func (f *Flags) Write(r schema.Result, stdout io.Writer, logf func(format string
 	return first
 }
 
+// Conclude writes the results r (Write) and returns the benchmark's exit
+// code: 1 when the run failed or a result could not be written, else 0.
+func (f *Flags) Conclude(failed bool, r schema.Result, stdout io.Writer, logf func(format string, args ...any)) int {
+	code := 0
+	if failed {
+		code = 1
+	}
+	if err := f.Write(r, stdout, logf); err != nil {
+		logf("%v", err)
+		code = 1
+	}
+	return code
+}
+
 // Logf returns a printf to stderr prefixed with the benchmark's name.
 func (s Spec) Logf(stderr io.Writer) func(format string, args ...any) {
 	return func(format string, args ...any) {
