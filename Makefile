@@ -29,8 +29,11 @@ demo: build
 
 # Debian packages the tests use as ordinary programs inside and outside
 # the sandbox: python3 and util-linux, the network clients of
-# tests/network (curl, wget, git, pip, npm), and busybox-static, the one
-# static binary the template and OCI-import tests build roots from.
+# tests/network (curl, wget, git, pip, npm), busybox-static, the one
+# static binary the template and OCI-import tests build roots from, and
+# the compilers of tests/build: gcc, and pip with setuptools and wheel
+# (python3-pip depends on both) for an offline wheel; its Go build uses
+# the Go toolchain the tests run with.
 test-deps:
 	@need=""; for p in python3:python3 script:util-linux curl:curl wget:wget git:git pip3:python3-pip npm:npm busybox:busybox-static gcc:gcc; do \
 		command -v $${p%%:*} >/dev/null || need="$$need $${p#*:}"; done; \

@@ -81,6 +81,12 @@ const (
 	OpWorkflowCancel = "workflow.cancel"
 	OpWorkflowResume = "workflow.resume"
 	OpWorkflowAdd    = "workflow.add_step"
+	OpBuildCreate    = "build.create"
+	OpBuildList      = "build.list"
+	OpBuildGet       = "build.get"
+	OpBuildLog       = "build.log"
+	OpBuildArtifact  = "build.artifact"
+	OpBuildDelete    = "build.delete"
 
 	// NotifyEvent is the JSON-RPC notification that carries a stream's
 	// events (also the approval events of a waiting exec and of
@@ -137,6 +143,12 @@ var Ops = []Op{
 	{OpWorkflowCancel, "POST", "/v1/workflows/{run}/cancel", BodyJSON, BodyJSON, "Cancel a run: running steps are killed, waiting ones never start.", WorkflowRef{}, WorkflowRun{}},
 	{OpWorkflowResume, "POST", "/v1/workflows/{run}/resume", BodyJSON, BodyJSON, "Run a failed or cancelled run again from a step, keeping the steps before it.", ResumeWorkflow{}, WorkflowRun{}},
 	{OpWorkflowAdd, "POST", "/v1/workflows/{run}/steps", BodyJSON, BodyJSON, "Add a step to a running concurrent group of a run.", AddWorkflowStep{}, WorkflowRun{}},
+	{OpBuildCreate, "POST", "/v1/builds", BodyRaw, BodyJSON, "Check a source package (a tar body), build it in a sandbox and collect its artifacts; answers at the end unless detach=true.", CreateBuild{}, Build{}},
+	{OpBuildList, "GET", "/v1/builds", BodyNone, BodyJSON, "List the caller's builds, newest first.", ListBuilds{}, BuildList{}},
+	{OpBuildGet, "GET", "/v1/builds/{id}", BodyNone, BodyJSON, "Describe one build; wait=true answers at its end.", BuildRef{}, Build{}},
+	{OpBuildLog, "GET", "/v1/builds/{id}/log", BodyNone, BodyStream, "Stream a build's log from a byte offset; follow=true waits for the build's end.", BuildLogRequest{}, Build{}},
+	{OpBuildArtifact, "GET", "/v1/builds/{id}/artifacts/{digest}", BodyNone, BodyRaw, "Download one artifact of a build by its sha256.", BuildArtifactRef{}, FileContent{}},
+	{OpBuildDelete, "DELETE", "/v1/builds/{id}", BodyNone, BodyJSON, "Remove a build, its log and artifacts; a running build is stopped first.", BuildRef{}, Build{}},
 }
 
 // Lookup returns the operation named name.

@@ -144,7 +144,7 @@ type WorkflowGroup struct {
 type WorkflowStep struct {
 	ID       string `json:"id"`
 	Group    string `json:"group,omitempty"`
-	Kind     string `json:"kind"` // "run" (argv or sh); later "build", "agent"
+	Kind     string `json:"kind"` // "run" (argv or sh), "build" (a build: step); later "agent"
 	State    string `json:"state"`
 	Priority string `json:"priority,omitempty"`
 	// Attempt is the number of the latest attempt (1 on the first); 0
@@ -175,6 +175,11 @@ type WorkflowAttempt struct {
 	Ended         *time.Time      `json:"ended,omitempty"`
 	Result        *sandbox.Result `json:"result,omitempty"`
 	Error         string          `json:"error,omitempty"`
+	// Build is the build a build step's attempt ran (build.get shows
+	// it: its log, its artifacts, its settings); its Result then holds
+	// the build's exit code, duration, peak memory and its log's head
+	// and tail (as stderr).
+	Build string `json:"build,omitempty"`
 }
 
 // WorkflowArtifact is one file a step's outputs collected.

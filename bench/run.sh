@@ -10,6 +10,7 @@
 #   DENSITY_ARGS="--levels 1,10,100" bash bench/run.sh  # bench/density flags (or skip)
 #   DAEMON_ARGS="--rounds 2" bash bench/run.sh   # bench/daemon flags (or skip)
 #   WORKFLOW_ARGS="--rounds 10 --fair-runs 1" bash bench/run.sh  # bench/workflow flags (or skip)
+#   BUILD_ARGS="--build-rounds 3" bash bench/run.sh  # bench/build flags (or skip)
 #
 # Every benchmark NAME takes its flags from $NAME_ARGS (upper case;
 # "skip" skips it), bench/startup's also from the command line. The
@@ -18,7 +19,7 @@
 # --json, --markdown, --rounds, --warmup, --seed; bench/README.md).
 #
 # Installs what it needs from Debian when missing (bubblewrap, runc,
-# runsc, crun, hyperfine, busybox-static), builds moat from this checkout,
+# runsc, crun, hyperfine, busybox-static, gcc), builds moat from this checkout,
 # then runs, each writing bench/results/NAME.json in the results schema
 # (bench/schema) and its markdown (bench/render) as NAME.md:
 # bench/startup (cold start: moat, bare, bwrap, runc, runsc, crun),
@@ -26,10 +27,12 @@
 # interactive, exec round trip, soak), bench/daemon (output floods, durable
 # exec throughput and an auth flood, against the daemon before issue 17,
 # which it builds from git archive), bench/rootfs (warm pool, templates,
-# snapshots, forks), bench/density (live sandboxes, memory, scaling) and
+# snapshots, forks), bench/density (live sandboxes, memory, scaling),
 # bench/workflow (a chain of steps from snapshots and a retry from a
-# snapshot against one cold create, CPU fairness under a budget), and
-# last bench/report, which writes docs/PERFORMANCE.md, its plots in
+# snapshot against one cold create, CPU fairness under a budget),
+# bench/build (a C build on the host against the same moat build, a
+# trivial build's fixed cost against one cold create), and last
+# bench/report, which writes docs/PERFORMANCE.md, its plots in
 # docs/perf/ and bench/results/summary.json from those results. Exits
 # non-zero when a run of a system failed, never because a figure is slow.
 set -euo pipefail
@@ -51,7 +54,8 @@ as_root() {
 
 # Debian packages of the systems compared (and hyperfine, for checking
 # figures by hand: hyperfine -N 'bin/moat run -- /bin/true'; busybox-static,
-# the image bench/rootfs imports). crun is installed and tried: on a host
+# the image bench/rootfs imports; gcc, the compiler of bench/build's C
+# project). crun is installed and tried: on a host
 # whose cgroups it cannot use (hybrid v1/v2) bench/startup skips it and
 # writes why next to its row.
 need=()
@@ -61,6 +65,7 @@ command -v runsc >/dev/null 2>&1 || need+=(runsc)
 command -v crun >/dev/null 2>&1 || need+=(crun)
 command -v hyperfine >/dev/null 2>&1 || need+=(hyperfine)
 command -v busybox >/dev/null 2>&1 || need+=(busybox-static)
+command -v gcc >/dev/null 2>&1 || need+=(gcc)
 if ((${#need[@]})); then
 	log "installing ${need[*]}"
 	export DEBIAN_FRONTEND=noninteractive
@@ -116,7 +121,8 @@ for step in \
 	"daemon|moat serve under output floods, durable exec throughput and an auth flood, new against the daemon before issue 17" \
 	"rootfs|warm pool claim, cold create host vs OCI template, snapshot, fork" \
 	"density|live idle sandboxes, memory per sandbox, start latency as they grow" \
-	"workflow|workflows: a chain from snapshots and a retry against a cold create, fairness under a budget"; do
+	"workflow|workflows: a chain from snapshots and a retry against a cold create, fairness under a budget" \
+	"build|sandboxed builds: a C build on the host against the same moat build, a trivial build against a cold create"; do
 	name=${step%%|*}
 	flags=$(args "$name")
 	if [[ $flags == skip ]]; then

@@ -3,6 +3,7 @@ package client
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -176,6 +177,20 @@ func (f *fakeServer) handle(req fakeRequest) {
 			return
 		}
 		f.reply(id, api.FileContent{Path: p.Path, Size: int64(len(b)), Content: b})
+	case api.OpBuildCreate:
+		var p api.CreateBuild
+		json.Unmarshal(req.Params, &p)
+		f.reply(id, api.Build{ID: "bld-stdio", Status: api.BuildSucceeded, Message: fmt.Sprintf("%s: %d bytes", strings.Join(p.Command, " "), len(p.Content))})
+	case api.OpBuildLog:
+		var p api.BuildLogRequest
+		json.Unmarshal(req.Params, &p)
+		f.event(id, api.Event{Seq: 1, Type: api.EventStdout, Text: "one\n"})
+		f.event(id, api.Event{Seq: 2, Type: api.EventStdout, Data: []byte("two\n")})
+		f.reply(id, api.Build{ID: p.ID, Status: api.BuildSucceeded})
+	case api.OpBuildArtifact:
+		var p api.BuildArtifactRef
+		json.Unmarshal(req.Params, &p)
+		f.reply(id, api.FileContent{Path: p.Digest, Content: []byte("artifact " + p.Digest)})
 	default:
 		f.send(map[string]any{"jsonrpc": "2.0", "id": id, "error": map[string]any{"code": api.RPCMethodNotFound, "message": "no method " + req.Method}})
 	}

@@ -16,6 +16,7 @@ import (
 	units "github.com/docker/go-units"
 	"github.com/pelletier/go-toml/v2"
 
+	"github.com/moat-sandbox/moat/build"
 	"github.com/moat-sandbox/moat/output"
 	"github.com/moat-sandbox/moat/sandbox"
 )
@@ -51,6 +52,11 @@ type Defaults struct {
 	API API
 	// Pools are the daemon's warm pools.
 	Pools []Pool
+	// Build are the caps and defaults of the daemon's builds (the [build]
+	// section; build.Defaults unless set), and BuildRetention how long a
+	// finished build is kept with its log and artifacts.
+	Build          build.Limits
+	BuildRetention time.Duration
 	// Runtime names the sandbox runtime (the top-level runtime key; the
 	// --runtime flag wins); "" means moat's default, linux.
 	Runtime string
@@ -150,6 +156,10 @@ func APIDefaults() API {
 // MaxPoolSize caps one pool.
 const MaxPoolSize = 256
 
+// DefaultBuildRetention is how long the daemon keeps a finished build
+// (build.retention).
+const DefaultBuildRetention = 7 * 24 * time.Hour
+
 // BuiltIn returns moat's defaults without a config file.
 func BuiltIn() Defaults {
 	return Defaults{
@@ -163,6 +173,7 @@ func BuiltIn() Defaults {
 		OutputLimit: output.DefaultLimit,
 		API:         APIDefaults(),
 		Output:      OutputDefaults(),
+		Build:       build.Defaults, BuildRetention: DefaultBuildRetention,
 	}
 }
 
@@ -202,6 +213,16 @@ func BuiltIn() Defaults {
 //	tenant_disk_quota = "1GiB"   # a tenant's output files under <data>/output
 //	retention = "24h"            # how long output files are kept; "0s" keeps none
 //
+//	[build]                      # the caps of `moat serve`'s builds; a call may only narrow them
+//	max_files = 50000            # entries of a source package (files, directories, symlinks)
+//	max_file_bytes = "64MiB"     # one file of a source package
+//	max_total_bytes = "512MiB"   # a source package's files added up
+//	max_output_bytes = "1GiB"    # a build's collected outputs added up
+//	max_log_bytes = "64MiB"      # a build's log kept (the rest is counted, not kept)
+//	timeout = "10m"              # a build's command, unless the call asks for less or more
+//	max_timeout = "1h"           # the longest timeout a call may ask
+//	retention = "168h"           # how long a finished build is kept with its log and artifacts
+//
 //	[[pool]]                     # one per warm pool of `moat serve`
 //	template = "host"
 //	profile = "trusted"          # or "untrusted"
@@ -229,6 +250,16 @@ type file struct {
 	Network struct {
 		DNSServer *string `toml:"dns_server"`
 	} `toml:"network"`
+	Build struct {
+		MaxFiles       *int    `toml:"max_files"`
+		MaxFileBytes   *string `toml:"max_file_bytes"`
+		MaxTotalBytes  *string `toml:"max_total_bytes"`
+		MaxOutputBytes *string `toml:"max_output_bytes"`
+		MaxLogBytes    *string `toml:"max_log_bytes"`
+		Timeout        *string `toml:"timeout"`
+		MaxTimeout     *string `toml:"max_timeout"`
+		Retention      *string `toml:"retention"`
+	} `toml:"build"`
 	Output struct {
 		MaxLimit           *string `toml:"max_limit"`
 		MemoryBudget       *string `toml:"memory_budget"`
@@ -336,6 +367,9 @@ func Parse(name string, b []byte) (Defaults, error) {
 	if err := parseOutput(name, &f, &d); err != nil {
 		return d, err
 	}
+	if err := parseBuild(name, &f, &d); err != nil {
+		return d, err
+	}
 	l := f.Limits
 	bad := func(key string, err error) error {
 		return fmt.Errorf("%w: %s: limits.%s: %v", ErrInvalid, name, key, err)
@@ -430,6 +464,65 @@ func parseOutput(name string, f *file, d *Defaults) error {
 			return bad("retention", errors.Join(err, errors.New("must be a duration of 0 or more")))
 		}
 		d.Output.Retention = v
+	}
+	return nil
+}
+
+// maxBuildFiles bounds build.max_files.
+const maxBuildFiles = 10_000_000
+
+// parseBuild sets the [build] values given.
+func parseBuild(name string, f *file, d *Defaults) error {
+	b := f.Build
+	bad := func(key string, err error) error {
+		return fmt.Errorf("%w: %s: build.%s: %v", ErrInvalid, name, key, err)
+	}
+	size := func(key string, v *string, dst *int64) error {
+		if v == nil {
+			return nil
+		}
+		n, err := ParseSize(*v)
+		if err != nil || n <= 0 {
+			return bad(key, errors.Join(err, errors.New("must be a size above 0")))
+		}
+		*dst = n
+		return nil
+	}
+	duration := func(key string, v *string, dst *time.Duration) error {
+		if v == nil {
+			return nil
+		}
+		n, err := time.ParseDuration(*v)
+		if err != nil || n <= 0 {
+			return bad(key, errors.Join(err, errors.New("must be a duration above 0")))
+		}
+		*dst = n
+		return nil
+	}
+	if b.MaxFiles != nil {
+		if *b.MaxFiles < 1 || *b.MaxFiles > maxBuildFiles {
+			return bad("max_files", fmt.Errorf("%d: must be from 1 to %d", *b.MaxFiles, maxBuildFiles))
+		}
+		d.Build.MaxFiles = *b.MaxFiles
+	}
+	for _, e := range []error{
+		size("max_file_bytes", b.MaxFileBytes, &d.Build.MaxFileBytes),
+		size("max_total_bytes", b.MaxTotalBytes, &d.Build.MaxTotalBytes),
+		size("max_output_bytes", b.MaxOutputBytes, &d.Build.MaxOutputBytes),
+		size("max_log_bytes", b.MaxLogBytes, &d.Build.MaxLogBytes),
+		duration("timeout", b.Timeout, &d.Build.Timeout),
+		duration("max_timeout", b.MaxTimeout, &d.Build.MaxTimeout),
+		duration("retention", b.Retention, &d.BuildRetention),
+	} {
+		if e != nil {
+			return e
+		}
+	}
+	if d.Build.Timeout > d.Build.MaxTimeout {
+		return bad("timeout", fmt.Errorf("%s is above max_timeout (%s)", d.Build.Timeout, d.Build.MaxTimeout))
+	}
+	if d.Build.MaxFileBytes > d.Build.MaxTotalBytes {
+		return bad("max_file_bytes", fmt.Errorf("%d is above max_total_bytes (%d)", d.Build.MaxFileBytes, d.Build.MaxTotalBytes))
 	}
 	return nil
 }

@@ -96,6 +96,8 @@ func TestAuditEveryOp(t *testing.T) {
 	var made string // the snapshot the snapshot.create row makes
 	var wf string   // the run the workflow.create row makes
 	const noRun = "wf-000000000000"
+	var bld api.Build // the build the build.create row makes
+	const noBuild = "bld-00000000000000000000"
 	one := func(name string) []string { return []string{name} }
 	type row struct {
 		name string
@@ -156,6 +158,18 @@ func TestAuditEveryOp(t *testing.T) {
 		{api.OpWorkflowAdd, func() any {
 			return api.AddWorkflowStep{Run: blocked, Group: "g", Step: json.RawMessage(`{"id": "extra", "run": ["true"], "snapshot": "none"}`)}
 		}, one(api.OpWorkflowAdd), api.AddWorkflowStep{Run: blocked, Group: "nope", Step: json.RawMessage(`{"id": "x", "run": ["true"]}`)}},
+		// A build's calls are its creator's: its sandbox's create, exec,
+		// the download of its output and delete (sandbox.end), then the
+		// build's own end (kind build).
+		{api.OpBuildCreate, func() any {
+			return api.CreateBuild{Command: []string{"true"}, Outputs: []string{"up.txt"}, Content: archive.Bytes()}
+		}, []string{"build", api.OpBuildCreate, "file.download", "process.exec", "sandbox.create", "sandbox.end"}, api.CreateBuild{Content: archive.Bytes()}},
+		{api.OpBuildList, func() any { return api.ListBuilds{} }, one(api.OpBuildList), api.ListBuilds{Status: "bogus"}},
+		{api.OpBuildGet, func() any { return api.BuildRef{ID: bld.ID} }, one(api.OpBuildGet), api.BuildRef{ID: noBuild}},
+		{api.OpBuildLog, func() any { return api.BuildLogRequest{ID: bld.ID} }, one(api.OpBuildLog), api.BuildLogRequest{ID: noBuild}},
+		{api.OpBuildArtifact, func() any { return api.BuildArtifactRef{ID: bld.ID, Digest: bld.Artifacts[0].SHA256} }, one(api.OpBuildArtifact),
+			api.BuildArtifactRef{ID: bld.ID, Digest: strings.Repeat("0", 64)}},
+		{api.OpBuildDelete, func() any { return api.BuildRef{ID: bld.ID} }, one(api.OpBuildDelete), api.BuildRef{ID: noBuild}},
 	}
 	var names []string
 	for _, o := range api.Ops {
@@ -181,6 +195,11 @@ func TestAuditEveryOp(t *testing.T) {
 		}
 		if run, ok := resp.(*api.WorkflowRun); ok && r.name == api.OpWorkflowCreate {
 			wf = run.ID
+		}
+		if b, ok := resp.(*api.Build); ok && r.name == api.OpBuildCreate {
+			if bld = *b; b.Status != api.BuildSucceeded || len(b.Artifacts) != 1 {
+				t.Fatalf("the build: %+v", b)
+			}
 		}
 		if r.bad != nil {
 			if _, err := h.opCall(r.name+"/bad", r.name, r.bad); err == nil {

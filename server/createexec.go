@@ -35,10 +35,10 @@ import (
 // what the process did to a writable host bind stays done. Otherwise the
 // create and then the exec run one after the other.
 //
-// A workflow step's sandbox and process take the same path
-// (wfBackend.CreateExec, workflows_backend.go), as two calls of the run's
-// owner: firstExec then also carries the step's stdin and a copy of its
-// stdout.
+// A workflow step's sandbox and process, and a build's, take the same
+// path (Service.createExec, workflows_backend.go), as two calls of the
+// run's or the build's owner: firstExec then also carries the process's
+// stdin and copies of its stdout and stderr.
 
 // createWithExec is sandbox.create with req.Exec set.
 func (s *Service) createWithExec(ctx context.Context, c Caller, in *input, req *api.CreateSandbox) (any, error) {
@@ -159,9 +159,10 @@ type firstExec struct {
 	p      *sandbox.Process
 	ctx    context.Context // the exec's
 	stream bool
-	// stdout, when not nil, also gets the process's stdout (a workflow
-	// step's, wfBackend.CreateExec); p.Stdin is already its stdin.
-	stdout io.Writer
+	// stdout and stderr, when not nil, also get the process's stdout and
+	// stderr (a workflow step's, a build's: Service.createExec); p.Stdin
+	// is already its stdin.
+	stdout, stderr io.Writer
 	// recorded, when set (by a workflow step's create, createStep),
 	// waits for the create's record, written while the process runs.
 	recorded func()
@@ -203,9 +204,7 @@ func (s *Service) createFor(ctx context.Context, c Caller, b *built, first *firs
 		return nil, err
 	}
 	x := s.newExecRun(c, sb.ID()+"/c1", first.req, first.p, nil)
-	if first.stdout != nil {
-		first.p.Stdout = io.MultiWriter(first.p.Stdout, first.stdout)
-	}
+	teeOutput(first.p, first.stdout, first.stderr)
 	x.runEarly(first.ctx, sb)
 	first.run, first.verdict = x, v
 	if err := ready(ctx); err != nil {

@@ -324,6 +324,12 @@ func (s *Service) download(ctx context.Context, c Caller, in *input) (any, error
 	if err != nil {
 		return nil, err
 	}
+	return s.downloadTar(ctx, c, in, req, max)
+}
+
+// downloadTar is file.download of req, with at most max bytes of file
+// content.
+func (s *Service) downloadTar(ctx context.Context, c Caller, in *input, req *api.FilePath, max int64) (any, error) {
 	return s.fileOp(ctx, c, in, "file.download", req.Sandbox, false, []string{req.Path}, func(ctx context.Context, m *managed, f sandbox.Files) (any, any, error) {
 		w := &output.CountingWriter{W: in.out}
 		if err := f.GetTar(ctx, req.Path, w, max); err != nil {

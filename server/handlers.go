@@ -45,5 +45,11 @@ func (s *Service) handlers() map[string]handler {
 		api.OpWorkflowCancel: s.cancelWorkflow,
 		api.OpWorkflowResume: s.resumeWorkflow,
 		api.OpWorkflowAdd:    s.addWorkflowStep,
+		api.OpBuildCreate:    s.createBuild,
+		api.OpBuildList:      s.listBuilds,
+		api.OpBuildGet:       s.getBuild,
+		api.OpBuildLog:       s.buildLog,
+		api.OpBuildArtifact:  s.buildArtifact,
+		api.OpBuildDelete:    s.deleteBuild,
 	}
 }

@@ -35,7 +35,8 @@ const (
 )
 
 // longOps may last as long as a sandbox (or a workflow run) does.
-var longOps = map[string]bool{api.OpExec: true, api.OpWait: true, api.OpOutput: true, api.OpApprovalList: true, api.OpWorkflowEvents: true}
+var longOps = map[string]bool{api.OpExec: true, api.OpWait: true, api.OpOutput: true, api.OpApprovalList: true, api.OpWorkflowEvents: true,
+	api.OpBuildCreate: true, api.OpBuildGet: true, api.OpBuildLog: true}
 
 // Handler is the HTTP API: /v1 (bearer token required), /healthz,
 // /readyz and /metrics.
@@ -169,6 +170,13 @@ func (s *Service) serveOp(w http.ResponseWriter, r *http.Request, op api.Op, tok
 			ct = "application/x-tar"
 		}
 		raw = &lazyWriter{w: w, contentType: ct}
+		if op.Name == api.OpBuildArtifact {
+			// An artifact is named by its content's digest: it is its
+			// entity tag.
+			if d := r.PathValue("digest"); isSHA256Hex(d) {
+				raw.etag = `"sha256:` + d + `"`
+			}
+		}
 		in.out = raw
 	}
 	in.long = r.Context()
@@ -197,7 +205,7 @@ func (s *Service) serveOp(w http.ResponseWriter, r *http.Request, op api.Op, tok
 		raw.start()
 	default:
 		status := http.StatusOK
-		if op.Name == api.OpSandboxCreate || op.Name == api.OpStart || op.Name == api.OpWorkflowCreate {
+		if op.Name == api.OpSandboxCreate || op.Name == api.OpStart || op.Name == api.OpWorkflowCreate || op.Name == api.OpBuildCreate {
 			status = http.StatusCreated
 		}
 		writeJSON(w, status, resp)
@@ -205,7 +213,8 @@ func (s *Service) serveOp(w http.ResponseWriter, r *http.Request, op api.Op, tok
 }
 
 // httpInput binds a request to the operation's input: path values and the
-// query string by json name, a JSON body, or a raw body.
+// query string by json name, a JSON body, or a raw body (build.create's:
+// see buildBody).
 func (s *Service) httpInput(w http.ResponseWriter, r *http.Request, op api.Op) (*input, error) {
 	vals := map[string][]string{}
 	for k, v := range r.URL.Query() {
@@ -236,11 +245,19 @@ func (s *Service) httpInput(w http.ResponseWriter, r *http.Request, op api.Op) (
 		}
 	}
 	in := &input{}
-	if op.In == api.BodyRaw {
+	switch {
+	case op.Name == api.OpBuildCreate:
+		// The settings part of a multipart body binds as a JSON body.
+		settings, err := s.buildBody(w, r, in)
+		if err != nil {
+			return nil, err
+		}
+		body = settings
+	case op.In == api.BodyRaw:
 		in.body = http.MaxBytesReader(w, r.Body, s.cfg.MaxFileBytes)
 	}
 	pathVals := map[string]string{}
-	for _, name := range []string{"sandbox", "process", "snapshot", "id", "run"} {
+	for _, name := range []string{"sandbox", "process", "snapshot", "id", "run", "digest"} {
 		if v := r.PathValue(name); v != "" {
 			pathVals[name] = v
 		}
@@ -321,6 +338,19 @@ func setField(f reflect.Value, list []string) error {
 			return errors.New("want true or false")
 		}
 		f.SetBool(b)
+	case f.Kind() == reflect.Float64:
+		n, err := strconv.ParseFloat(one, 64)
+		if err != nil || math.IsNaN(n) || math.IsInf(n, 0) {
+			return errors.New("want a number")
+		}
+		f.SetFloat(n)
+	case f.Kind() == reflect.Map && f.Type().Key().Kind() == reflect.String && f.Type().Elem().Kind() == reflect.String:
+		// A map (labels) travels as one JSON object.
+		m := reflect.New(f.Type())
+		if err := json.Unmarshal([]byte(one), m.Interface()); err != nil {
+			return errors.New(`want a JSON object of strings, e.g. {"team":"infra"}`)
+		}
+		f.Set(m.Elem())
 	case f.Kind() == reflect.Int || f.Kind() == reflect.Int64:
 		n, err := strconv.ParseInt(one, 10, 64)
 		if err != nil {
@@ -419,6 +449,7 @@ func (n *ndjson) emit(ev api.Event) error {
 type lazyWriter struct {
 	w           http.ResponseWriter
 	contentType string
+	etag        string // the ETag header, when the answer has one
 	started     bool
 }
 
@@ -426,6 +457,9 @@ func (l *lazyWriter) start() {
 	if !l.started {
 		l.started = true
 		l.w.Header().Set("Content-Type", l.contentType)
+		if l.etag != "" {
+			l.w.Header().Set("ETag", l.etag)
+		}
 		l.w.WriteHeader(http.StatusOK)
 	}
 }

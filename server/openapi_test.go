@@ -317,7 +317,8 @@ type oaCall struct {
 	op    string            // operationId
 	vals  map[string]string // path values
 	query url.Values
-	body  any // JSON value, or []byte for a raw body
+	body  any    // JSON value, or []byte for a raw body
+	ct    string // the body's Content-Type, of those documented (needed when several are)
 	token string
 	want  int // expected status; 0: the operation's 2xx
 	check func(t *testing.T, r reply)
@@ -385,11 +386,21 @@ func (rn *oaRunner) call(c oaCall) reply {
 	if c.body != nil {
 		rb := mapOf(op.o["requestBody"])
 		content := mapOf(rb["content"])
+		if c.ct != "" {
+			mt, _, _ := mime.ParseMediaType(c.ct)
+			if content[mt] == nil {
+				t.Fatalf("%s: sends %s, documented %v", label, mt, rb)
+			}
+			content = map[string]any{mt: content[mt]}
+		}
 		if len(content) != 1 {
 			t.Fatalf("%s: sends a body, documented %v", label, rb)
 		}
 		for k, m := range content {
 			ct = k
+			if c.ct != "" {
+				ct = c.ct // with its parameters (a multipart boundary)
+			}
 			if b, ok := c.body.([]byte); ok {
 				body = b
 			} else {
@@ -800,6 +811,55 @@ func TestOpenAPIConformance(t *testing.T) {
 	rn.call(oaCall{op: api.OpWorkflowResume, vals: hin, body: api.ResumeWorkflow{From: "hold"}})
 	rn.call(oaCall{op: api.OpWorkflowCancel, vals: hin, body: struct{}{}})
 
+	// Builds: a tar body with the settings in the query, a multipart one
+	// whose source is refused (a build, not an error), a malformed
+	// multipart body; the log, the artifact by its digest, another
+	// tenant's view, the delete.
+	var src bytes.Buffer
+	stw := tar.NewWriter(&src)
+	stw.WriteHeader(&tar.Header{Name: "hello.txt", Mode: 0o644, Size: 3, Typeflag: tar.TypeReg})
+	stw.Write([]byte("hi\n"))
+	stw.Close()
+	var bld api.Build
+	rn.call(oaCall{op: api.OpBuildCreate, ct: "application/x-tar", body: src.Bytes(),
+		query: url.Values{"command": {"sh", "-c", "echo built"}, "outputs": {"hello.txt"}, "labels": {`{"suite":"openapi"}`}},
+		check: func(t *testing.T, r reply) { r.decode(t, &bld) }})
+	if bld.Status != api.BuildSucceeded || len(bld.Artifacts) != 1 {
+		t.Fatalf("build: %+v", bld)
+	}
+	bin := map[string]string{"id": bld.ID}
+	mpType, mpBody := multipartBody(t, [2]string{"settings", `{"command":["true"]}`}, [2]string{"source", "not a tar"})
+	rn.call(oaCall{op: api.OpBuildCreate, ct: mpType, body: mpBody, check: func(t *testing.T, r reply) {
+		var b api.Build
+		r.decode(t, &b)
+		if b.Status != api.BuildRefused || b.Reason != api.ReasonSourceUnreadable {
+			t.Errorf("a build of no tar: %s", r.body)
+		}
+	}})
+	mpType, mpBody = multipartBody(t, [2]string{"source", "x"}, [2]string{"settings", `{"command":["true"]}`})
+	rn.call(oaCall{op: api.OpBuildCreate, ct: mpType, body: mpBody, want: http.StatusBadRequest})
+	rn.call(oaCall{op: api.OpBuildList, query: url.Values{"status": {"succeeded"}, "limit": {"10"}}})
+	rn.call(oaCall{op: api.OpBuildGet, vals: bin, query: url.Values{"wait": {"true"}}})
+	rn.call(oaCall{op: api.OpBuildGet, vals: bin, token: tokenB, want: http.StatusNotFound})
+	rn.call(oaCall{op: api.OpBuildLog, vals: bin, query: url.Values{"offset": {"0"}, "follow": {"true"}}, check: func(t *testing.T, r reply) {
+		var log []byte
+		for _, e := range eventsOf(t, r.body) {
+			log = append(log, e.Output()...)
+		}
+		if string(log) != "built\n" {
+			t.Errorf("build log: %s", r.body)
+		}
+	}})
+	art := bld.Artifacts[0]
+	rn.call(oaCall{op: api.OpBuildArtifact, vals: map[string]string{"id": bld.ID, "digest": art.SHA256}, check: func(t *testing.T, r reply) {
+		if string(r.body) != "hi\n" || r.header.Get("ETag") != `"sha256:`+art.SHA256+`"` {
+			t.Errorf("artifact: %q, ETag %q", r.body, r.header.Get("ETag"))
+		}
+	}})
+	rn.call(oaCall{op: api.OpBuildArtifact, vals: map[string]string{"id": bld.ID, "digest": strings.Repeat("0", 64)}, want: http.StatusNotFound})
+	rn.call(oaCall{op: api.OpBuildDelete, vals: bin})
+	rn.call(oaCall{op: api.OpBuildGet, vals: bin, want: http.StatusNotFound})
+
 	// Health.
 	rn.call(oaCall{op: "healthz"})
 	rn.call(oaCall{op: "readyz"})
@@ -809,7 +869,7 @@ func TestOpenAPIConformance(t *testing.T) {
 			if !strings.HasPrefix(op.path, "/v1/") {
 				continue
 			}
-			path := fill(op.path, map[string]string{"sandbox": "sb-x", "process": "1", "id": "ap_x", "run": "wf-x"})
+			path := fill(op.path, map[string]string{"sandbox": "sb-x", "process": "1", "id": "ap_x", "run": "wf-x", "digest": "00"})
 			for _, tok := range []string{"", "moat_wrong_token_0123456789abcdef0123456789"} {
 				r := h.send(op.method, path, tok, "", nil)
 				label := fmt.Sprintf("%s %s (token %q)", op.method, path, tok)
@@ -842,7 +902,7 @@ func TestOpenAPIConformance(t *testing.T) {
 				if documented[m] {
 					continue
 				}
-				p := fill(path, map[string]string{"sandbox": "sb-x", "process": "1", "id": "ap_x", "run": "wf-x"})
+				p := fill(path, map[string]string{"sandbox": "sb-x", "process": "1", "id": "ap_x", "run": "wf-x", "digest": "00"})
 				r := h.send(m, p, tokenA, "", nil)
 				label := m + " " + p
 				e := r.apiErr(t)

@@ -290,8 +290,13 @@ func (s *Service) rpcRequest(ctx context.Context, raw []byte, out *rpcWriter, c 
 	var buf bytes.Buffer
 	if op.Out == api.BodyRaw {
 		in.out = &buf
+		if op.Name == api.OpBuildArtifact {
+			// The artifact travels base64 in one line: at most what a
+			// file.read may carry.
+			in.out = &cappedWriter{w: &buf, max: s.cfg.MaxFileBytes, what: "an artifact over JSON-RPC"}
+		}
 	}
-	if op.Name == api.OpApprovalList || op.Name == api.OpWorkflowEvents {
+	if op.Name == api.OpApprovalList || op.Name == api.OpWorkflowEvents || op.Name == api.OpBuildLog {
 		// A follow ends with the input, as the daemon does (a run may
 		// last for hours).
 		fctx, stop := context.WithCancel(ctx)
@@ -438,4 +443,22 @@ func (o *rpcWriter) sendRaw(v any) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	_, _ = o.w.Write(append(b, '\n'))
+}
+
+// cappedWriter passes at most max bytes to w; a write past them fails
+// with too_large (what names the content).
+type cappedWriter struct {
+	w    io.Writer
+	max  int64
+	n    int64
+	what string
+}
+
+func (c *cappedWriter) Write(p []byte) (int, error) {
+	if c.n+int64(len(p)) > c.max {
+		return 0, api.Errorf(api.CodeTooLarge, "%s is at most %d bytes (the daemon's max file bytes); download it over HTTP", c.what, c.max)
+	}
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }

@@ -515,7 +515,8 @@ func (s *Service) pruneLoop() {
 	}
 }
 
-// pruneOnce ends at most PruneBatch expired sandboxes, in parallel.
+// pruneOnce ends at most PruneBatch expired sandboxes, in parallel, and
+// removes the stopped sandboxes and finished builds past their retention.
 func (s *Service) pruneOnce(now time.Time) {
 	type victim struct {
 		m      *managed
@@ -546,6 +547,7 @@ func (s *Service) pruneOnce(now time.Time) {
 	} else if n > 0 {
 		s.log.Debug("pruned stopped sandboxes from the store", "count", n)
 	}
+	s.pruneBuilds(now)
 }
 
 // durationField validates a millisecond field: 0 takes def, the rest must

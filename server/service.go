@@ -29,6 +29,7 @@ import (
 
 	"github.com/moat-sandbox/moat/api"
 	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/build"
 	"github.com/moat-sandbox/moat/netproxy"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/sandbox"
@@ -48,6 +49,8 @@ const (
 	DefaultPruneInterval = time.Second
 	DefaultPruneBatch    = 8
 	DefaultKeepStopped   = 24 * time.Hour
+	// DefaultBuildRetention is how long a finished build is kept.
+	DefaultBuildRetention = 7 * 24 * time.Hour
 	// DefaultSnapshotQuota is a tenant's snapshot store quota: ten
 	// snapshots of a sandbox's whole default disk (1 GiB).
 	DefaultSnapshotQuota = 10 << 30
@@ -151,6 +154,13 @@ type Config struct {
 	// DNSServer is the "IP:port" the egress proxy resolves names with;
 	// "" means the host's resolver.
 	DNSServer string
+
+	// Build are the operator's caps of builds: the defaults of what a
+	// build.create leaves unset and the most it may ask (zero fields:
+	// build.Defaults). BuildRetention is how long a finished build is
+	// kept with its log and artifacts (default DefaultBuildRetention).
+	Build          build.Limits
+	BuildRetention time.Duration
 }
 
 // Caller is who makes a call: the tenant it acts for and the actor (a
@@ -179,6 +189,7 @@ type Service struct {
 	durable   backlog    // records waiting for the data disk (durable.go)
 	activity  activity   // calls in flight, for the pools' refills (idle.go)
 	wf        *workflows // the workflow engine and its backend (workflows.go)
+	builds    *builds    // the builds in flight and their directory (builds.go)
 
 	mu        sync.Mutex
 	sandboxes map[string]*managed
@@ -238,6 +249,8 @@ func New(cfg Config) (*Service, error) {
 		cfg.Logger = slog.Default()
 	}
 	def(&cfg.ApprovalTimeout, DefaultApprovalTimeout)
+	def(&cfg.BuildRetention, DefaultBuildRetention)
+	cfg.Build = cfg.Build.Or(build.Defaults)
 	if cfg.Home == "" {
 		cfg.Home = defaultHome()
 	}
@@ -274,6 +287,9 @@ func New(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	if s.wf, err = newWorkflows(s); err != nil {
+		return nil, err
+	}
+	if s.builds, err = newBuilds(s); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -316,17 +332,25 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.wf.recover(ctx); err != nil {
 		return fmt.Errorf("server: recover workflow runs: %w", err)
 	}
+	// The builds a previous daemon left running ended with it
+	// (failed/interrupted); their sandboxes were reconciled above.
+	if err := s.recoverBuilds(ctx); err != nil {
+		return fmt.Errorf("server: recover builds: %w", err)
+	}
 	return nil
 }
 
 // Close stops the workflow engine (runs in flight stay unfinished in the
-// store, for the next daemon to take up), ends every sandbox (reason
-// "shutdown") and stops the pruner. The store and tape stay open: the
-// caller closes them.
+// store, for the next daemon to take up), stops the builds in flight
+// (failed/interrupted), ends every sandbox (reason "shutdown") and stops
+// the pruner. The store and tape stay open: the caller closes them.
 func (s *Service) Close(ctx context.Context) error {
 	// First, while sandboxes may still be used and ended: the engine
 	// stops its steps itself and keeps their runs unfinished. Idempotent.
 	s.wf.close(ctx)
+	// Then the builds, which delete their sandboxes and record their
+	// end. Idempotent.
+	s.builds.close(ctx)
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()

@@ -85,8 +85,8 @@ func isCode(err error, code string) bool {
 	return errors.As(err, &ae) && ae.Code == code
 }
 
-// stepSandbox is what a workflow step's sandbox has that a sandbox.create
-// cannot say.
+// stepSandbox is what a sandbox the daemon makes for its own work (a
+// workflow step's, a build's) has that a sandbox.create cannot say.
 type stepSandbox struct {
 	// inputs are read-only binds of directories under the engine's
 	// artifact directory (checked by checkStep).
@@ -96,6 +96,13 @@ type stepSandbox struct {
 	// env is added to the sandbox's environment (KEY=VALUE; a key already
 	// there takes the new value).
 	env []string
+	// layers are directories the daemon made (a build's source layer),
+	// put on top of the root's read-only lower layers, top first; a
+	// sandbox of the host template gets them over the host's system
+	// directories (sandbox.RootFS{Host: true}).
+	layers []string
+	// workdir, when set, is the processes' default working directory.
+	workdir string
 }
 
 // apply adds what st says to spec, made for the create by its policy. A
@@ -112,6 +119,17 @@ func (st *stepSandbox) apply(spec *sandbox.Spec) {
 	spec.Binds = binds
 	spec.Budget = st.budget
 	spec.Env = mergeEnv(spec.Env, st.env)
+	if len(st.layers) > 0 {
+		root := sandbox.RootFS{Host: true}
+		if spec.Root != nil {
+			root = *spec.Root
+		}
+		root.Layers = append(slices.Clone(st.layers), root.Layers...)
+		spec.Root = &root
+	}
+	if st.workdir != "" {
+		spec.Workdir = st.workdir
+	}
 }
 
 // mergeEnv is base with add's KEY=VALUE pairs, a key of add replacing the
@@ -227,28 +245,50 @@ func (b wfBackend) Create(ctx context.Context, o engine.Owner, req engine.Create
 // create is Create with first (nil: none), the step's process, which
 // createFor may start with the sandbox.
 func (b wfBackend) create(ctx context.Context, o engine.Owner, req engine.CreateRequest, first *firstExec) (string, error) {
+	creq, st := stepCreate(req)
+	sb, err := b.s.createOwn(ctx, ownerCaller(o), creq, st, first)
+	if err != nil {
+		return "", capacityError(err)
+	}
+	return sb.ID, nil
+}
+
+// stepCreate is the sandbox.create of a step's sandbox, and what the
+// daemon adds to it.
+func stepCreate(req engine.CreateRequest) (api.CreateSandbox, *stepSandbox) {
 	creq := api.CreateSandbox{Template: req.Template, Snapshot: req.Snapshot, Limits: req.Limits,
 		TimeoutMs: millisCeil(req.Timeout), Labels: req.Labels, Policy: req.Policy, Network: req.Network}
 	if req.CPUWeight != 0 {
 		creq.Limits.CPUWeight = req.CPUWeight
 	}
-	st := &stepSandbox{inputs: req.Inputs, budget: req.Budget, env: req.Env}
-	resp, err := b.s.dispatch(ctx, ownerCaller(o), api.OpSandboxCreate, b.s.createStep(st, first), internalInput(creq))
+	return creq, &stepSandbox{inputs: req.Inputs, budget: req.Budget, env: req.Env}
+}
+
+// capacityError marks a create refused for want of room (a quota or a
+// resource of the daemon: room frees up as sandboxes end) as
+// engine.ErrCapacity, which the engine waits out.
+func capacityError(err error) error {
 	if isCode(err, api.CodeTooMany) {
-		// A quota or a resource of the daemon: room frees up as
-		// sandboxes end, and the engine waits for it.
-		return "", fmt.Errorf("%w: %w", engine.ErrCapacity, err)
+		return fmt.Errorf("%w: %w", engine.ErrCapacity, err)
 	}
+	return err
+}
+
+// createOwn makes a sandbox for the daemon's own work as a sandbox.create
+// of c (creq) through the dispatcher, with what st adds, and first (nil:
+// none), the process createFor may start with the sandbox.
+func (s *Service) createOwn(ctx context.Context, c Caller, creq api.CreateSandbox, st *stepSandbox, first *firstExec) (*api.Sandbox, error) {
+	resp, err := s.dispatch(ctx, c, api.OpSandboxCreate, s.createStep(st, first), internalInput(creq))
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	return resp.(*api.Sandbox).ID, nil
+	return resp.(*api.Sandbox), nil
 }
 
 // execStep is the handler of a step's process.exec: the API's, with stdin
-// (nil: none) as the process's standard input and its stdout also copied
-// to stdout (nil: not).
-func (s *Service) execStep(stdin io.Reader, stdout io.Writer) handler {
+// (nil: none) as the process's standard input and its stdout and stderr
+// also copied to stdout and stderr (nil: not).
+func (s *Service) execStep(stdin io.Reader, stdout, stderr io.Writer) handler {
 	return func(ctx context.Context, c Caller, in *input) (any, error) {
 		req, err := decode[api.Exec](in)
 		if err != nil {
@@ -271,11 +311,20 @@ func (s *Service) execStep(stdin io.Reader, stdout io.Writer) handler {
 			callID := fmt.Sprintf("%s/c%d", m.info.ID, m.nextCall())
 			m.mu.Unlock()
 			x := s.newExecRun(c, callID, req, p, nil)
-			if stdout != nil {
-				p.Stdout = io.MultiWriter(p.Stdout, stdout)
-			}
+			teeOutput(p, stdout, stderr)
 			return x, nil
 		})
+	}
+}
+
+// teeOutput also copies p's stdout to stdout and its stderr to stderr
+// (nil: not).
+func teeOutput(p *sandbox.Process, stdout, stderr io.Writer) {
+	if stdout != nil {
+		p.Stdout = io.MultiWriter(p.Stdout, stdout)
+	}
+	if stderr != nil {
+		p.Stderr = io.MultiWriter(p.Stderr, stderr)
 	}
 }
 
@@ -311,8 +360,8 @@ func (t *teeWriter) failed() error {
 func (b wfBackend) Exec(ctx context.Context, o engine.Owner, sandboxID string, req engine.ExecRequest) (*sandbox.Result, error) {
 	ereq := stepExec(sandboxID, req)
 	tee, stdout := stepStdout(req.Stdout)
-	resp, err := b.s.dispatch(ctx, ownerCaller(o), api.OpExec, b.s.execStep(req.Stdin, stdout), internalInput(ereq))
-	return stepResult(resp, err, tee)
+	resp, err := b.s.dispatch(ctx, ownerCaller(o), api.OpExec, b.s.execStep(req.Stdin, stdout, nil), internalInput(ereq))
+	return stepResult(resp, err, tee, nil)
 }
 
 // stepExec is the process.exec of a step's process in sandbox id.
@@ -331,9 +380,9 @@ func stepStdout(w io.Writer) (*teeWriter, io.Writer) {
 }
 
 // stepResult is the result of a step's exec that answered resp or err,
-// which it releases; a failure of tee (nil: none) is an error, returned
-// with the result.
-func stepResult(resp any, err error, tee *teeWriter) (*sandbox.Result, error) {
+// which it releases; a failure of tee or teeErr (the copies of stdout and
+// stderr, nil: none) is an error, returned with the result.
+func stepResult(resp any, err error, tee, teeErr *teeWriter) (*sandbox.Result, error) {
 	defer releaseAnswer(resp)
 	if err != nil {
 		return nil, err
@@ -345,6 +394,11 @@ func stepResult(resp any, err error, tee *teeWriter) (*sandbox.Result, error) {
 	if tee != nil {
 		if err := tee.failed(); err != nil {
 			return res, fmt.Errorf("copying the stdout of the step's process: %w", err)
+		}
+	}
+	if teeErr != nil {
+		if err := teeErr.failed(); err != nil {
+			return res, fmt.Errorf("copying the stderr of the process: %w", err)
 		}
 	}
 	return res, nil
@@ -362,37 +416,74 @@ func stepResult(resp any, err error, tee *teeWriter) (*sandbox.Result, error) {
 // runtime without it) the exec is judged and run after the create, as
 // Exec. Both ways stdin and stdout are as Exec's.
 func (b wfBackend) CreateExec(ctx context.Context, o engine.Owner, c engine.CreateRequest, x engine.ExecRequest, created func(string)) (string, *sandbox.Result, error) {
-	ereq := stepExec("", x)
-	p, err := b.s.execProcess(&ereq)
+	creq, st := stepCreate(c)
+	sb, res, err := b.s.createExec(ctx, ownerCaller(o), ownExec{create: creq, step: st, exec: stepExec("", x), stdin: x.Stdin, stdout: x.Stdout},
+		func(sb *api.Sandbox) { created(sb.ID) })
+	if sb == nil {
+		return "", nil, capacityError(err)
+	}
+	return sb.ID, res, err
+}
+
+// ownExec is a sandbox the daemon makes for its own work and the process
+// it runs in it (a workflow step's, a build's).
+type ownExec struct {
+	create api.CreateSandbox
+	step   *stepSandbox
+	// exec is the process's process.exec, its Sandbox empty.
+	exec api.Exec
+	// stdin (nil: none) is the process's standard input; stdout and
+	// stderr (nil: not) also get what it writes there, all of it.
+	stdin          io.Reader
+	stdout, stderr io.Writer
+}
+
+// createExec makes x's sandbox and runs its process in it, as c: a
+// sandbox.create and then a process.exec, each judged, recorded and
+// audited as its own call (see CreateExec), the process started with the
+// sandbox's setup where the runtime and the policy allow. created is
+// called with the sandbox once it exists. The sandbox is nil when the
+// create failed (its error returned); a failure of the exec, or of a copy
+// of its output (x.stdout, x.stderr), is returned with the sandbox.
+func (s *Service) createExec(ctx context.Context, c Caller, x ownExec, created func(*api.Sandbox)) (*api.Sandbox, *sandbox.Result, error) {
+	ereq := x.exec
+	p, err := s.execProcess(&ereq)
 	if err != nil {
 		// A body the exec refuses is refused by the exec's own call,
-		// in the sandbox made first, as Create then Exec would.
-		id, err := b.Create(ctx, o, c)
+		// in the sandbox made first, as a create then an exec would.
+		sb, err := s.createOwn(ctx, c, x.create, x.step, nil)
 		if err != nil {
-			return "", nil, err
+			return nil, nil, err
 		}
-		created(id)
-		res, err := b.Exec(ctx, o, id, x)
-		return id, res, err
+		created(sb)
+		ereq.Sandbox = sb.ID
+		tee, stdout := stepStdout(x.stdout)
+		teeErr, stderr := stepStdout(x.stderr)
+		resp, err := s.dispatch(ctx, c, api.OpExec, s.execStep(x.stdin, stdout, stderr), internalInput(ereq))
+		res, err := stepResult(resp, err, tee, teeErr)
+		return sb, res, err
 	}
-	if x.Stdin != nil {
-		p.Stdin = x.Stdin
+	if x.stdin != nil {
+		p.Stdin = x.stdin
 	}
-	tee, stdout := stepStdout(x.Stdout)
-	first := &firstExec{req: &ereq, p: p, ctx: ctx, stdout: stdout}
-	id, err := b.create(ctx, o, c, first)
+	tee, stdout := stepStdout(x.stdout)
+	teeErr, stderr := stepStdout(x.stderr)
+	first := &firstExec{req: &ereq, p: p, ctx: ctx, stdout: stdout, stderr: stderr}
+	sb, err := s.createOwn(ctx, c, x.create, x.step, first)
 	if err != nil {
 		first.abandon()
-		return "", nil, err
+		return nil, nil, err
 	}
-	created(id)
-	in := internalInput(stepExec(id, x))
+	created(sb)
+	eq := x.exec
+	eq.Sandbox = sb.ID
+	in := internalInput(eq)
 	var resp any
 	if first.run == nil {
-		resp, err = b.s.dispatch(ctx, ownerCaller(o), api.OpExec, b.s.execStep(x.Stdin, stdout), in)
+		resp, err = s.dispatch(ctx, c, api.OpExec, s.execStep(x.stdin, stdout, stderr), in)
 	} else {
 		taken := false
-		resp, err = b.s.dispatch(ctx, ownerCaller(o), api.OpExec, b.s.earlyStep(first, &taken), in)
+		resp, err = s.dispatch(ctx, c, api.OpExec, s.earlyStep(first, &taken), in)
 		if !taken {
 			first.abandon()
 		}
@@ -400,8 +491,8 @@ func (b wfBackend) CreateExec(ctx context.Context, o engine.Owner, c engine.Crea
 			first.recorded() // written already, unless the exec failed before its record
 		}
 	}
-	res, err := stepResult(resp, err, tee)
-	return id, res, err
+	res, err := stepResult(resp, err, tee, teeErr)
+	return sb, res, err
 }
 
 // earlyStep is the handler of the process.exec of a step whose process

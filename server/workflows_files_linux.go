@@ -104,11 +104,42 @@ func (d *artifactDir) mkdirs(rel string) (*artifactDir, error) {
 	return &artifactDir{f: os.NewFile(uintptr(cur), rel)}, nil
 }
 
+// typeOf is the type of the entry name of d (the S_IFMT bits of its
+// st_mode, a symlink not followed), zero when there is none.
+func (d *artifactDir) typeOf(name string) (uint32, error) {
+	var st unix.Stat_t
+	err := unix.Fstatat(d.fd(), name, &st, unix.AT_SYMLINK_NOFOLLOW)
+	if errors.Is(err, unix.ENOENT) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", name, err)
+	}
+	return st.Mode & unix.S_IFMT, nil
+}
+
 // hashArtifacts lists the regular files beneath d, sorted by path, with
 // their sizes and sha256; each path is the file's in the sandbox ("/" and
 // its path below d). Symlinks are neither followed nor listed.
 func hashArtifacts(d *artifactDir) ([]api.WorkflowArtifact, error) {
-	out := []api.WorkflowArtifact{}
+	files, err := walkArtifacts(d, "/", nil)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.WorkflowArtifact, len(files))
+	for i, f := range files {
+		out[i] = api.WorkflowArtifact{Path: f.path, Bytes: f.size, SHA256: f.sha256}
+	}
+	return out, nil
+}
+
+// walkArtifacts lists the regular files beneath d, sorted by path, with
+// their sizes, permission bits and sha256; each path is prefix joined
+// with the file's path below d ("/": the sandbox's, ".": relative).
+// Symlinks and special files are neither followed nor listed: other (nil:
+// ignored) is told of each, with its path.
+func walkArtifacts(d *artifactDir, prefix string, other func(p string)) ([]artifactFile, error) {
+	out := []artifactFile{}
 	var walk func(dirfd int, rel string, depth int) error
 	walk = func(dirfd int, rel string, depth int) error {
 		if depth > fstree.DefaultMaxDepth {
@@ -148,27 +179,32 @@ func hashArtifacts(d *artifactDir) ([]api.WorkflowArtifact, error) {
 					return err
 				}
 				out = append(out, a)
+			default:
+				if other != nil {
+					other(p)
+				}
 			}
 		}
 		return nil
 	}
-	if err := walk(d.fd(), "/", 0); err != nil {
+	if err := walk(d.fd(), prefix, 0); err != nil {
 		return nil, fmt.Errorf("hashing the outputs: %w", err)
 	}
 	return out, nil
 }
 
-// hashFile hashes the regular file name of dirfd; p is its sandbox path.
-func hashFile(dirfd int, name, p string) (api.WorkflowArtifact, error) {
-	f, _, err := fstree.OpenRegular(dirfd, name)
+// hashFile hashes the regular file name of dirfd; p is its path as
+// listed.
+func hashFile(dirfd int, name, p string) (artifactFile, error) {
+	f, st, err := fstree.OpenRegular(dirfd, name)
 	if err != nil {
-		return api.WorkflowArtifact{}, fmt.Errorf("%s: %w", p, err)
+		return artifactFile{}, fmt.Errorf("%s: %w", p, err)
 	}
 	defer f.Close()
 	h := sha256.New()
 	n, err := io.Copy(h, f)
 	if err != nil {
-		return api.WorkflowArtifact{}, fmt.Errorf("%s: %w", p, err)
+		return artifactFile{}, fmt.Errorf("%s: %w", p, err)
 	}
-	return api.WorkflowArtifact{Path: p, Bytes: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+	return artifactFile{path: p, size: n, sha256: hex.EncodeToString(h.Sum(nil)), mode: st.Mode & 0o7777}, nil
 }

@@ -29,4 +29,10 @@ func checkArtifactDir(root, p string) error { return errArtifacts }
 
 func openArtifactDir(root, dir string) (*artifactDir, error) { return nil, errArtifacts }
 
+func (d *artifactDir) typeOf(string) (uint32, error) { return 0, errArtifacts }
+
 func hashArtifacts(*artifactDir) ([]api.WorkflowArtifact, error) { return nil, errArtifacts }
+
+func walkArtifacts(*artifactDir, string, func(string)) ([]artifactFile, error) {
+	return nil, errArtifacts
+}

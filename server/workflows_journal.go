@@ -165,6 +165,10 @@ func stepEvent(o engine.Owner, run string, st *api.WorkflowStep) audit.Event {
 		}
 		res["artifacts"] = list
 	}
+	if n := len(st.Attempts); n > 0 && st.Attempts[n-1].Build != "" {
+		// A build step's build (audited itself as kind "build").
+		res["build"] = st.Attempts[n-1].Build
+	}
 	ev := audit.Event{Kind: "workflow.step", Tenant: o.Tenant, Actor: o.Actor,
 		Request: mustJSON(map[string]any{"run": run, "step": st.ID, "attempt": st.Attempt}), Result: mustJSON(res),
 		Error: auditText(st.Error)}

@@ -82,6 +82,21 @@ var migrations = [...]string{
 		body TEXT    NOT NULL, -- JSON
 		PRIMARY KEY (run, seq)
 	) STRICT, WITHOUT ROWID;`,
+
+	// 4: builds (builds.go): the daemon's record of each build, as JSON,
+	// with the columns it is listed, recovered and pruned by.
+	`CREATE TABLE builds (
+		id      TEXT    NOT NULL PRIMARY KEY CHECK (id <> ''),
+		tenant  TEXT    NOT NULL,
+		status  TEXT    NOT NULL CHECK (status <> ''),
+		created INTEGER NOT NULL, -- Unix nanoseconds, UTC
+		ended   INTEGER,          -- NULL while running
+		record  TEXT    NOT NULL  -- JSON
+	) STRICT;
+	CREATE INDEX builds_tenant_created ON builds (tenant, created);
+	CREATE INDEX builds_tenant_status_created ON builds (tenant, status, created);
+	CREATE INDEX builds_running ON builds (status) WHERE status = 'running';
+	CREATE INDEX builds_ended ON builds (ended) WHERE ended IS NOT NULL;`,
 }
 
 // SchemaVersion is the schema version this code writes, stored in the

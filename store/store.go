@@ -12,7 +12,8 @@
 // [ErrNotFound], never returned. Calls belong to their sandbox and are deleted
 // with it. Two more keep workflow runs (workflows.go): workflow_runs, one row
 // per run with the workflow engine's record of it, and workflow_events, the
-// run's numbered events.
+// run's numbered events. One more keeps builds (builds.go): one row per
+// build with the daemon's record of it.
 //
 // Times are stored as INTEGER nanoseconds since the Unix epoch and returned in
 // UTC, so only times between the years 1678 and 2262 can be stored; JSON

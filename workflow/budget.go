@@ -76,6 +76,12 @@ func (b *builder) stepBudget(ix *planIndex, s *PlanStep, src *docStep) {
 		if g == nil || g.Budget == nil {
 			continue
 		}
+		if s.Kind == KindBuild {
+			// The build's sandbox is made by the daemon's build runner,
+			// outside the group's cgroup: it would not be bounded by it.
+			b.errs.add(src.build.line, src.build.col, "build", "a build cannot run inside the budget of group %q (its sandbox is the build's own): put it outside the group", g.ID)
+			return
+		}
 		for _, x := range over(s.Limits, *g.Budget) {
 			field := "limits." + x.field
 			line, note := src.line, " (from defaults)"

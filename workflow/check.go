@@ -58,6 +58,9 @@ func (b *builder) stepRefs(ix *planIndex, s *PlanStep, src *docStep) {
 	if src.stdinFrom != nil && b.badRef(ix, s, *src.stdinFrom, "stdin_from", false) {
 		s.StdinFrom = ""
 	}
+	if src.build != nil && src.build.source != nil && b.badRef(ix, s, *src.build.source, "build.source", false) {
+		s.Build.Source = ""
+	}
 }
 
 // badRef reports (and records) whether r, written in field of s, names
@@ -132,6 +135,8 @@ func (b *builder) links(ix *planIndex, s *PlanStep, src *docStep, isAnc func(x, 
 		switch {
 		case !isAnc(s.ID, f.ID):
 			b.errs.add(src.from.line, src.from.col, "from", "step %q is not an ancestor of %q (%s does not wait for it)", f.ID, s.ID, s.ID)
+		case f.Kind == KindBuild:
+			b.errs.add(src.from.line, src.from.col, "from", "step %q is a build: it keeps no snapshot to start from (take its outputs as inputs)", f.ID)
 		case f.Snapshot == SnapshotNone:
 			b.errs.add(src.from.line, src.from.col, "from", "step %q keeps no snapshot (snapshot: none)", f.ID)
 		}
@@ -148,6 +153,9 @@ func (b *builder) links(ix *planIndex, s *PlanStep, src *docStep, isAnc func(x, 
 			b.errs.add(in.line, in.col, join("inputs", in.id), "step %q has no outputs", f.ID)
 		}
 	}
+	if src.build != nil {
+		b.buildLinks(ix, s, src, isAnc)
+	}
 	f := ix.steps[s.StdinFrom]
 	if f == nil {
 		return
@@ -156,6 +164,8 @@ func (b *builder) links(ix *planIndex, s *PlanStep, src *docStep, isAnc func(x, 
 		b.errs.add(src.stdinFrom.line, src.stdinFrom.col, "stdin_from", format, args...)
 	}
 	switch g := ix.groups[s.Group]; {
+	case f.Kind == KindBuild:
+		fail("step %q is a build: it has no stdout to read", f.ID)
 	case g == nil || g.Mode == Sequential:
 		fail("step %q is not in a parallel or concurrent group", s.ID)
 	case f.Group != s.Group:

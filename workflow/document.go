@@ -63,7 +63,9 @@ type docStep struct {
 	inputs    []input
 	outputs   []string
 	stdinFrom *ref
-	f         fields
+	// build is the step's build (build.go); nil for a run step.
+	build *docBuild
+	f     fields
 }
 
 // docGroup is a group as written.

@@ -35,7 +35,7 @@ func (r *reader) parseDocument(root *yaml.Node) *document {
 					return
 				}
 				switch dk {
-				case "id", "needs", "from", "inputs", "outputs", "stdin_from":
+				case "id", "needs", "from", "inputs", "outputs", "stdin_from", "build":
 					r.fail(dkn, join(key, dk), "cannot have a default")
 				default:
 					r.fail(dkn, join(key, dk), "unknown field")
@@ -155,7 +155,9 @@ func (r *reader) needs(n *yaml.Node, field string) []ref {
 // step reads a step.
 func (r *reader) step(n *yaml.Node) *docStep {
 	s := &docStep{line: n.Line, col: n.Column}
+	var keys []*yaml.Node
 	r.mapping(n, "", func(key string, k, v *yaml.Node) {
+		keys = append(keys, k)
 		if r.field(&s.f, "", key, v) {
 			return
 		}
@@ -172,11 +174,16 @@ func (r *reader) step(n *yaml.Node) *docStep {
 			s.inputs = r.inputs(v, key)
 		case "outputs":
 			s.outputs = r.outputs(v, key)
+		case "build":
+			s.build = r.build(k, v, key)
 		default:
 			r.fail(k, key, "unknown field")
 		}
 	})
 	r.command(&s.f, "", n)
+	if s.build != nil {
+		r.buildOnly(s, keys)
+	}
 	return s
 }
 

@@ -693,36 +693,41 @@ var rejectCases = []struct {
 
 func TestCompileRejects(t *testing.T) {
 	for _, tc := range rejectCases {
-		t.Run(tc.name, func(t *testing.T) {
-			p, err := Compile(tc.doc, Options{CPUs: tc.cpus})
-			if err == nil {
-				t.Fatalf("Compile accepted the document: %+v", p)
+		t.Run(tc.name, func(t *testing.T) { checkReject(t, tc.doc, tc.cpus, tc.want) })
+	}
+}
+
+// checkReject compiles doc on a host of cpus CPUs and checks that it
+// fails with every error of want, and no other, sorted by line.
+func checkReject(t *testing.T, doc []byte, cpus int, want []wantErr) {
+	t.Helper()
+	p, err := Compile(doc, Options{CPUs: cpus})
+	if err == nil {
+		t.Fatalf("Compile accepted the document: %+v", p)
+	}
+	if p != nil {
+		t.Errorf("Compile returned a plan with its error")
+	}
+	got := errorsOf(t, err)
+	for _, w := range want {
+		found := false
+		for _, g := range got {
+			if g.Line == w.line && g.Field == w.field && strings.Contains(g.Msg, w.msg) {
+				found = true
+				break
 			}
-			if p != nil {
-				t.Errorf("Compile returned a plan with its error")
-			}
-			got := errorsOf(t, err)
-			for _, w := range tc.want {
-				found := false
-				for _, g := range got {
-					if g.Line == w.line && g.Field == w.field && strings.Contains(g.Msg, w.msg) {
-						found = true
-						break
-					}
-				}
-				if !found {
-					t.Errorf("missing error line %d: %s: ...%s... in:\n%v", w.line, w.field, w.msg, err)
-				}
-			}
-			if len(got) != len(tc.want) {
-				t.Errorf("got %d errors, want %d:\n%v", len(got), len(tc.want), err)
-			}
-			for i := 1; i < len(got); i++ {
-				if got[i].Line < got[i-1].Line {
-					t.Errorf("errors not sorted by line:\n%v", err)
-				}
-			}
-		})
+		}
+		if !found {
+			t.Errorf("missing error line %d: %s: ...%s... in:\n%v", w.line, w.field, w.msg, err)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("got %d errors, want %d:\n%v", len(got), len(want), err)
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i].Line < got[i-1].Line {
+			t.Errorf("errors not sorted by line:\n%v", err)
+		}
 	}
 }
 

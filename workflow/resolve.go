@@ -10,7 +10,8 @@ import (
 
 // resolve returns s with the defaults d (nil: none) applied: a field the
 // step gives wins, env is merged by key, limits and retry field by field.
-// A step with no command of its own or from d is an error.
+// A step with no command of its own or from d is an error. A build step
+// takes only retry and priority from d (resolveBuild).
 func resolve(s *docStep, d *fields, errs *errList) Step {
 	if d == nil {
 		d = &fields{}
@@ -36,6 +37,14 @@ func resolve(s *docStep, d *fields, errs *errList) Step {
 		Attempts: or(f.retry.attempts, d.retry.attempts, 1),
 		Backoff:  or(f.retry.backoff, d.retry.backoff, 0),
 		From:     or(f.retry.from, d.retry.from, FromSnapshot),
+	}
+	if s.build != nil {
+		st = Step{ID: st.ID, Priority: st.Priority, Retry: st.Retry, Line: st.Line}
+		resolveBuild(&st, s.build, errs)
+		for _, n := range s.needs {
+			st.Needs = append(st.Needs, n.id)
+		}
+		return st
 	}
 	switch {
 	case f.run != nil || f.sh != nil:

@@ -1,7 +1,8 @@
 // Package workflow is moat's workflow document: the YAML (or JSON) file that
 // describes a DAG of sandboxed steps, its parsing with line-numbered
 // errors, its validation, and the Plan the engine (workflow/engine) runs.
-// It imports only api and sandbox of moat and does no I/O.
+// It imports only api, build (build.CheckSettings) and sandbox of moat and
+// does no I/O.
 package workflow
 
 import (
@@ -49,7 +50,8 @@ const (
 	FromScratch = "scratch"
 )
 
-// Kinds of steps (Step.Kind). Later issues add "build" and "agent".
+// Kinds of steps (Step.Kind): KindRun, KindBuild (build.go). A later
+// issue adds "agent".
 const (
 	KindRun = "run" // run (argv) or sh (a /bin/sh -c string)
 )
@@ -93,7 +95,12 @@ type Step struct {
 	Retry     Retry
 	Snapshot  string // SnapshotNone, SnapshotLight (default) or SnapshotFull
 	Priority  string // Critical, Normal (default) or Background
-	Line      int
+	// Build is the build of a build step (Kind KindBuild; nil for other
+	// kinds). Args, Sh, Template, Limits, Timeout and Env then repeat its
+	// settings, Outputs are its outputs below /src (absolute) and
+	// Snapshot is SnapshotNone.
+	Build *Build
+	Line  int
 }
 
 // Retry says how often and how a failed step runs again.

@@ -102,6 +102,7 @@ const (
 	gSoak
 	gDaemon
 	gWorkflow
+	gBuild
 	gPolicy
 )
 

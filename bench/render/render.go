@@ -46,6 +46,7 @@ type Inputs struct {
 	Rootfs       *schema.Rootfs
 	Density      *schema.Density
 	Workflow     *schema.Workflow
+	Build        *schema.Build
 	// Written is each results file's modification time, by kind; a kind
 	// without one has "file written" left blank.
 	Written map[string]time.Time
@@ -73,6 +74,8 @@ func (in *Inputs) Set(r schema.Result) error {
 		in.Density = f
 	case *schema.Workflow:
 		in.Workflow = f
+	case *schema.Build:
+		in.Build = f
 	default:
 		return fmt.Errorf("%w: %T", schema.ErrKind, r)
 	}
@@ -118,6 +121,10 @@ func (in *Inputs) Get(name string) schema.Result {
 	case "workflow":
 		if in.Workflow != nil {
 			return in.Workflow
+		}
+	case "build":
+		if in.Build != nil {
+			return in.Build
 		}
 	}
 	return nil
@@ -187,6 +194,7 @@ func document(in *Inputs, o Options) (*Doc, *analysis, error) {
 		rootfsSection(in, a, plots),
 		densitySection(in, a, plots),
 		workflowSection(in, a, plots),
+		buildSection(in, a, plots),
 		syscallSection(in, a),
 		netproxySection(in, a),
 		policySection(in, a),

@@ -37,6 +37,7 @@ var headings = map[string]string{
 	"rootfs":       "## Warm pools, templates, snapshots and forks (`bench/rootfs`)",
 	"density":      "## Density and scaling (`bench/density`)",
 	"workflow":     "## Workflows (`bench/workflow`)",
+	"build":        "## Sandboxed builds (`bench/build`)",
 }
 
 // The markdown of one benchmark's results, as the benchmark writes it:
@@ -54,6 +55,7 @@ func TestMarkdownEveryKind(t *testing.T) {
 		"rootfs":       {"| warm |", "Warm pool hits"},
 		"density":      {"live idle sandboxes held at once", "Projection", "- Daemon: SIGTERM"},
 		"workflow":     {"| `chain-light` |", "**Chain**", "**Retry**", "**Budget fairness**", "step.started → step.sandbox"},
+		"build":        {"| `sandbox` |", "**Overhead**", "1.04× (+3.6%", "**Fixed cost**", "Both builds made the same program", "delete is then 71.00 ms"},
 	}
 	for _, kind := range schema.Kinds() {
 		t.Run(kind, func(t *testing.T) {

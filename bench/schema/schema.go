@@ -123,6 +123,7 @@ var kinds = []kind{
 	{"rootfs", func() Result { return new(Rootfs) }},
 	{"density", func() Result { return new(Density) }},
 	{"workflow", func() Result { return new(Workflow) }},
+	{"build", func() Result { return new(Build) }},
 }
 
 // Kinds returns the name of every kind, in the order bench/run.sh runs

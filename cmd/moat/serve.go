@@ -320,6 +320,7 @@ func runServe(ctx context.Context, f *serveFlags, args []string) error {
 		OutputMemory: defaults.Output.MemoryBudget, TenantOutputMemory: defaults.Output.TenantMemoryBudget,
 		OutputDir: filepath.Join(absData, "output"), TenantOutputDisk: defaults.Output.TenantDiskQuota,
 		OutputRetention: defaults.Output.Retention,
+		Build:           defaults.Build, BuildRetention: defaults.BuildRetention,
 	})
 	if err != nil {
 		return err

@@ -159,7 +159,7 @@ on.`,
 				return err
 			}
 			req.Document = doc
-			return withWorkflowTarget(ctx, local, detach, sio, func(c *client.Client, t target) error {
+			return withDaemonTarget(ctx, local, detach, sio, func(c *client.Client, t target) error {
 				run, err := c.CreateWorkflow(ctx, req)
 				if err != nil {
 					return invalidDocument(sio, args[0], err)

@@ -287,6 +287,9 @@ func attemptLine(a api.WorkflowAttempt, now time.Time) string {
 	if a.Sandbox != "" {
 		s += "; sandbox " + d(a.Sandbox)
 	}
+	if a.Build != "" {
+		s += "; build " + d(a.Build)
+	}
 	switch {
 	case a.StartSnapshot != "":
 		s += "; from snapshot " + d(a.StartSnapshot)

@@ -12,20 +12,22 @@ import (
 	"github.com/moat-sandbox/moat/client"
 )
 
-// target says where a workflow run's daemon is.
+// target says where the daemon of a workflow run or a build is.
 type target struct {
 	// local: a private daemon started for this command ('moat serve
-	// --stdio'), which ends, with its runs, when the command does.
+	// --stdio'), which ends, with its runs and builds, when the command
+	// does.
 	local bool
 }
 
 // probeTimeout bounds the look for a daemon at the default address.
 const probeTimeout = 500 * time.Millisecond
 
-// withWorkflowTarget calls fn with a client of the daemon `moat workflow
-// run` uses (chooseLocal) and closes it after; needDaemon refuses a
-// private daemon (--detach: its run would end with this command).
-func withWorkflowTarget(ctx context.Context, forceLocal, needDaemon bool, sio sandboxIO, fn func(*client.Client, target) error) error {
+// withDaemonTarget calls fn with a client of the daemon `moat workflow
+// run` and `moat build` use (chooseLocal) and closes it after; needDaemon
+// refuses a private daemon (--detach: its run would end with this
+// command).
+func withDaemonTarget(ctx context.Context, forceLocal, needDaemon bool, sio sandboxIO, fn func(*client.Client, target) error) error {
 	local, err := chooseLocal(ctx, forceLocal)
 	if err != nil {
 		return err
@@ -52,11 +54,11 @@ func withWorkflowTarget(ctx context.Context, forceLocal, needDaemon bool, sio sa
 	return fn(c, target{local: true})
 }
 
-// chooseLocal decides where `moat workflow run` runs: in a private daemon
-// with --local or MOAT_MODE=stdio; in the daemon of MOAT_URL when it is
-// set or MOAT_MODE=http; otherwise in the daemon at the default address
-// when one answers there and its token can be read, else in a private
-// daemon.
+// chooseLocal decides where `moat workflow run` and `moat build` run: in
+// a private daemon with --local or MOAT_MODE=stdio; in the daemon of
+// MOAT_URL when it is set or MOAT_MODE=http; otherwise in the daemon at
+// the default address when one answers there and its token can be read,
+// else in a private daemon.
 func chooseLocal(ctx context.Context, force bool) (bool, error) {
 	if force {
 		return true, nil

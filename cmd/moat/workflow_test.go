@@ -502,3 +502,17 @@ func TestWorkflowInterrupt(t *testing.T) {
 		}
 	}
 }
+
+// TestAttemptLineBuild: a build step's attempt names its build, so a
+// person can get it (moat workflow get).
+func TestAttemptLineBuild(t *testing.T) {
+	now := time.Now()
+	a := api.WorkflowAttempt{Attempt: 2, State: api.StepFailed, Build: "bld-0123", Started: now, Ended: &now}
+	if got := attemptLine(a, now); !strings.Contains(got, "; build bld-0123") {
+		t.Errorf("attemptLine = %q", got)
+	}
+	a.Build = "bld-\x1b[2J"
+	if got := attemptLine(a, now); strings.Contains(got, "\x1b") {
+		t.Errorf("attemptLine shows a raw escape: %q", got)
+	}
+}

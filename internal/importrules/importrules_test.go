@@ -76,6 +76,11 @@ var rules = []rule{
 		not:  append([]string{"client"}, engines...),
 		why:  "workflows are scheduled through the engine's Backend and Journal interfaces, which the server implements: the document and the scheduler link no runtime, store, policy or server",
 	},
+	{
+		from: []string{"build"},
+		not:  append([]string{"admit", "client", "workflow/...", "metrics", "output", "display", "internal/..."}, engines...),
+		why:  "package build (source check, settings, log) imports only api, sandbox and fstree of moat: the server drives it, and it stays testable alone",
+	},
 }
 
 // pkg is a package as go list -deps -json sees it.
@@ -246,6 +251,7 @@ func TestRulesCatch(t *testing.T) {
 	add(m("workflow/engine"), "workflow", "store")
 	add(m("workflow"), "api")
 	add(m("store"))
+	add(m("build"), "api", "fstree", "store")
 	add(&pkg{ImportPath: "mvdan.cc/sh/v3/syntax", Module: &struct{ Path string }{"mvdan.cc/sh/v3"}})
 	add(&pkg{ImportPath: "github.com/google/go-containerregistry/pkg/v1", Module: &struct{ Path string }{"github.com/google/go-containerregistry"}})
 	// Deps are transitive.
@@ -282,6 +288,9 @@ func TestRulesCatch(t *testing.T) {
 		module + "/admit depends on " + module + "/runtime",
 		module + "/admit depends on " + module + "/runtime/linux",
 		module + "/workflow/engine depends on " + module + "/store",
+		module + "/build depends on " + module + "/store",
+		module + "/build depends on " + module + "/fstree/oci",
+		module + "/build depends on github.com/google/go-containerregistry/pkg/v1",
 	}
 	for _, w := range want {
 		if !slices.ContainsFunc(got, func(s string) bool { return strings.HasPrefix(s, w+" (") }) {

@@ -330,6 +330,11 @@ func (b *build) newSandbox() *linuxSandbox {
 // Preconditions: startInit succeeded; nothing was sent on conn yet.
 func (b *build) sendSetup(conn *guest.Conn) error {
 	prov := b.prov
+	// An imported template's root, or layers over the host's system
+	// directories (a build's source, a host sandbox's snapshot): their
+	// own directories are the sandbox's to write, into the upper layer
+	// (the host's system directories stay read-only mounts).
+	writableRoot := !b.root.Host || len(b.root.Layers) > 0
 	setup := &guest.Setup{
 		Hostname:        b.hostname,
 		EtcLayer:        prov.etcLayer,
@@ -344,7 +349,7 @@ func (b *build) sendSetup(conn *guest.Conn) error {
 		OneShot:         b.oneShot,
 		Restrict:        guestRestrictions(b.spec.Restrict),
 		SharedNet:       b.netMode == sandbox.NetOpen,
-		WritableRoot:    !b.root.Host,
+		WritableRoot:    writableRoot,
 		CallCgroups:     b.callCgroups,
 	}
 	out := guest.SetupFDs{Layers: b.layerFDs, Scratch: int(prov.scratch.Fd()), CgroupJoin: prov.cgFDs}

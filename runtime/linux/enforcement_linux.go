@@ -138,6 +138,8 @@ func rootDescription(root *sandbox.RootFS, upperBytes int64) string {
 			user = "root"
 		}
 		d += fmt.Sprintf("; writable root (the template's user %q owns as uid %d; not /dev, /proc, read-only binds)", user, sandbox.UID)
+	} else if snapshots > 0 {
+		d += "; the layers' own directories writable (the host's system directories stay read-only binds)"
 	}
 	return d
 }

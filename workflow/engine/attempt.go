@@ -51,6 +51,9 @@ type spec struct {
 	// stdin is the producer's stdout this attempt reads.
 	stdout *tee
 	stdin  *tee
+	// build is the build of a build step's attempt (build.go), which
+	// then has no create and no exec; nil for a run step.
+	build *BuildRequest
 	// err, when set, fails the attempt before it makes a sandbox (a
 	// precondition the scheduler could not check).
 	err error
@@ -68,6 +71,8 @@ type outcome struct {
 	// hold is let go after that delete.
 	sandbox string
 	budget  *budgetSlot
+	// build is the build a build step's attempt ran ("" for none).
+	build string
 }
 
 // start begins the next attempt of a ready step: it records the attempt
@@ -108,6 +113,9 @@ func (r *run) start(rt *stepRT, now time.Time) {
 	if startSnap != "" {
 		msg = "the snapshot of step " + ps.From
 	}
+	if ps.Build != nil {
+		msg = buildFrom(ps.Build)
+	}
 	r.emit(api.WorkflowEvent{
 		Type: api.WfStepStarted, Step: ps.ID, Group: ps.Group, Attempt: n,
 		Snapshot: startSnap, Message: fmt.Sprintf("attempt %d from %s", n, msg),
@@ -133,6 +141,10 @@ func (r *run) spec(ps *workflow.PlanStep, n int, startSnap string) *spec {
 	labels[LabelRun] = r.id
 	labels[LabelStep] = ps.ID
 	labels[LabelAttempt] = strconv.Itoa(n)
+	if ps.Build != nil {
+		r.buildSpec(sp, ps, labels)
+		return sp
+	}
 	limits := ps.Limits
 	limits.CPUWeight = cmp.Or(limits.CPUWeight, cpuWeight(ps.Priority))
 	sp.create = CreateRequest{
@@ -275,6 +287,9 @@ func (r *run) execute(ctx context.Context, sp *spec) (out outcome) {
 		return fail(sp.err)
 	}
 	o := r.rec.Owner // never changes once the run exists
+	if sp.build != nil {
+		return r.executeBuild(ctx, o, sp)
+	}
 	if sp.stdout != nil {
 		if err := sp.stdout.create(); err != nil {
 			return fail(fmt.Errorf("keep stdout: %w", err))
@@ -515,6 +530,7 @@ func (r *run) report(sp *spec, out outcome) {
 	a := attemptOf(st, sp.attempt)
 	a.Ended = &now
 	a.Result = out.result
+	a.Build = out.build
 	st.Result = out.result
 	switch {
 	case out.ok:
@@ -547,7 +563,10 @@ func (r *run) report(sp *spec, out outcome) {
 		st.Error = msg
 		rt.readyAt = now.Add(wait)
 		how := "from the snapshot it started from"
-		if rt.ps.From == "" {
+		switch {
+		case rt.ps.Build != nil:
+			how = "as a new build"
+		case rt.ps.From == "":
 			how = "in a fresh sandbox"
 		}
 		if rt.ps.Retry.From == workflow.FromScratch && rt.ps.From != "" {

@@ -206,6 +206,9 @@ func (r *run) checkResume(again map[string]bool) error {
 				return fmt.Errorf("step %s takes the outputs of step %s, which are gone (%v): resume from %s: %w", ps.ID, p, err, p, ErrConflict)
 			}
 		}
+		if err := r.checkBuildSource(ps, again); err != nil {
+			return err
+		}
 		if p := ps.StdinFrom; p != "" && !again[p] {
 			dir, err := r.stepDir(p)
 			if err == nil {

@@ -45,6 +45,8 @@ type fakeBackend struct {
 	execs   []fakeExec
 	cur     int // Execs running now
 	peak    int // most Execs running at once
+	// builds are the Build calls, in order (build_test.go).
+	builds []BuildRequest
 	// deletedBoxes and deletedSnaps list what was deleted, in order.
 	deletedBoxes, deletedSnaps []string
 	budgets, released          map[string]int

@@ -50,6 +50,9 @@ func (r *run) loop() {
 				r.succeed(p.light)
 			}
 			r.releaseAll()
+			// An attempt deletes its sandbox after its report: the run
+			// is done (Cancel answers, Close returns) once they are gone.
+			r.attempts.Wait()
 			return
 		}
 		var timer *time.Timer

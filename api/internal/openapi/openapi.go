@@ -410,6 +410,7 @@ var openapiTags = []struct{ name, desc string }{
 	{"file", "Files inside a sandbox, read and written by the sandbox's agent under the sandbox's own protections."},
 	{"audit", "The caller's audit events."},
 	{"approvals", "Calls that a policy's ask rule holds until a person answers: list and follow them (any token of the tenant), answer them (approver tokens)."},
+	{"build", "Sandboxed builds of untrusted source: a source package (a tar) checked and normalized, built by a command in a sandbox of a toolchain template, its outputs collected as artifacts by sha256."},
 	{"workflow", "Workflow runs: DAGs of sandboxed steps (sequential chains retried from snapshots, parallel groups under a budget, concurrent groups by priority), kept in the store across daemon restarts."},
 	{"health", "Liveness, readiness and metrics (no token)."},
 }
@@ -684,6 +685,13 @@ func opStatuses(op api.Op) []int {
 		add(413, 507) // too_large: over the capture caps; insufficient_storage: the tenant's store quota
 	case api.OpWorkflowCreate, api.OpWorkflowCancel, api.OpWorkflowResume, api.OpWorkflowAdd:
 		add(503) // unavailable: the daemon is stopping
+	case api.OpBuildCreate:
+		// 415: a body neither a tar nor multipart; 429: too many
+		// sandboxes; 501: no builds on this system; 503: stopping;
+		// 507: the data disk is full.
+		add(413, 415, 429, 501, 503, 507)
+	case api.OpBuildGet, api.OpBuildLog, api.OpBuildArtifact, api.OpBuildDelete:
+		add(404)
 	}
 	var out []int
 	for s := range set {
@@ -697,6 +705,9 @@ func opStatuses(op api.Op) []int {
 func binary(mt string) object {
 	return object{{"type", "string"}, {"format", "binary"}, {"contentMediaType", mt}}
 }
+
+// buildSourceTypes are the media types of build.create's tar body.
+var buildSourceTypes = []string{"application/x-tar", "application/gzip", "application/octet-stream"}
 
 // rawMediaType is the media type of an operation's raw body.
 func rawMediaType(op api.Op) string {
@@ -714,12 +725,20 @@ func queryable(t reflect.Type) bool {
 		return true
 	case t.Kind() == reflect.Slice:
 		return t.Elem().Kind() == reflect.String || t.Elem().Kind() == reflect.Uint8
+	case jsonQuery(t):
+		return true
 	}
 	switch t.Kind() {
-	case reflect.String, reflect.Bool, reflect.Int, reflect.Int64, reflect.Uint64:
+	case reflect.String, reflect.Bool, reflect.Int, reflect.Int64, reflect.Uint64, reflect.Float64:
 		return true
 	}
 	return false
+}
+
+// jsonQuery says whether a query parameter of type t travels as one JSON
+// value (a map of strings: labels).
+func jsonQuery(t reflect.Type) bool {
+	return t.Kind() == reflect.Map && t.Key().Kind() == reflect.String && t.Elem().Kind() == reflect.String
 }
 
 func (g *openapiGen) operation(op api.Op) (object, error) {
@@ -760,12 +779,16 @@ func (g *openapiGen) operation(op api.Op) (object, error) {
 			return nil, err
 		}
 		desc := "The sandbox's id."
-		switch p {
-		case "process":
+		switch {
+		case p == "process":
 			desc = "The process's id in its sandbox."
-		case "id":
+		case p == "id" && tag == "build":
+			desc = "The build's id."
+		case p == "digest":
+			desc = "The artifact's sha256, 64 hex digits (artifacts[].sha256)."
+		case p == "id":
 			desc = "The approval's id (ap_...)."
-		case "run":
+		case p == "run":
 			desc = "The workflow run's id (wf-...)."
 		}
 		params = append(params, object{{"name", p}, {"in", "path"}, {"required", true}, {"description", desc}, {"schema", s}})
@@ -785,14 +808,21 @@ func (g *openapiGen) operation(op api.Op) (object, error) {
 			if e, ok := enums[reqName+"."+f.name]; ok {
 				s.set("enum", e)
 			}
-			p := object{{"name", f.name}, {"in", "query"}, {"required", g.requiredIn(rt, f)}}
+			// build.create's settings may all come in its multipart body.
+			required := g.requiredIn(rt, f) && op.Name != api.OpBuildCreate
+			p := object{{"name", f.name}, {"in", "query"}, {"required", required}}
 			if d := fieldDocs[reqName+"."+f.name]; d != "" {
 				p.set("description", d)
 			}
 			if d := queryDocs[op.Name+"."+f.name]; d != "" {
 				p.set("description", d)
 			}
-			p.set("schema", s)
+			if jsonQuery(f.typ) {
+				// One JSON object: ?labels={"team":"infra"}.
+				p.set("content", object{{"application/json", object{{"schema", s}}}})
+			} else {
+				p.set("schema", s)
+			}
 			params = append(params, p)
 		}
 	}
@@ -811,6 +841,10 @@ func (g *openapiGen) operation(op api.Op) (object, error) {
 			{"content", object{{"application/json", object{{"schema", ref(reqName)}}}}},
 		})
 	case api.BodyRaw:
+		if op.Name == api.OpBuildCreate {
+			o.set("requestBody", buildRequestBody(reqName))
+			break
+		}
 		mt := rawMediaType(op)
 		desc := "The file's new content (at most the server's max file bytes, 64 MiB by default)."
 		if mt == "application/x-tar" {
@@ -826,7 +860,7 @@ func (g *openapiGen) operation(op api.Op) (object, error) {
 	}
 
 	status, statusDesc := "200", "OK."
-	if op.Name == api.OpSandboxCreate || op.Name == api.OpStart || op.Name == api.OpWorkflowCreate {
+	if op.Name == api.OpSandboxCreate || op.Name == api.OpStart || op.Name == api.OpWorkflowCreate || op.Name == api.OpBuildCreate {
 		status, statusDesc = "201", "Created."
 	}
 	ndjson := object{{"application/x-ndjson", object{{"schema", ref("Event")}}}}
@@ -849,11 +883,22 @@ func (g *openapiGen) operation(op api.Op) (object, error) {
 		if mt == "application/x-tar" {
 			statusDesc = "A tar stream of path (a file or a tree)."
 		}
+		if op.Name == api.OpBuildArtifact {
+			statusDesc = "The artifact's bytes, with its digest as ETag."
+		}
 	case api.BodyStream:
 		content = ndjson
 		statusDesc = "An NDJSON stream of events, one Event per line."
 	}
-	responses := object{{status, object{{"description", statusDesc}, {"content", content}}}}
+	ok := object{{"description", statusDesc}}
+	if op.Name == api.OpBuildArtifact {
+		ok.set("headers", object{{"ETag", object{
+			{"description", "\"sha256:<hex>\": the artifact's digest."},
+			{"schema", object{{"type", "string"}}},
+		}}})
+	}
+	ok.set("content", content)
+	responses := object{{status, ok}}
 	for _, st := range opStatuses(op) {
 		responses.set(strconv.Itoa(st), object{{"$ref", "#/components/responses/" + errorResponseName(st)}})
 	}
@@ -896,6 +941,12 @@ var enums = map[string][]string{
 	"WorkflowStep.state":      workflowStepStates,
 	"WorkflowStep.priority":   {"critical", "normal", "background"},
 	"WorkflowAttempt.state":   append(slices.Clone(workflowStepStates), "interrupted"),
+	"Build.status":            buildStates,
+	"ListBuilds.status":       buildStates,
+	"Build.reason": {api.ReasonSourceTooManyFiles, api.ReasonSourceFileTooLarge, api.ReasonSourceTooLarge, api.ReasonSourceBadPath,
+		api.ReasonSourceBadType, api.ReasonSourceUnreadable, api.ReasonPolicyDenied, api.ReasonTimeout, api.ReasonOOM,
+		api.ReasonCompileFailed, api.ReasonOutputMissing, api.ReasonOutputTooLarge, api.ReasonInterrupted, api.ReasonSetupFailed},
+	"CreateBuild.net": {"none", "proxy"},
 	"WorkflowEvent.type": {api.WfRunStarted, api.WfRunResumed, api.WfRunSucceeded, api.WfRunFailed, api.WfRunCancelled, api.WfRunInterrupted,
 		api.WfStepAdded, api.WfStepStarted, api.WfStepSandbox, api.WfStepRetrying, api.WfStepSnapshot, api.WfStepArtifacts,
 		api.WfStepSucceeded, api.WfStepFailed, api.WfStepSkipped, api.WfStepCancelled, api.WfGroupBudget},
@@ -907,6 +958,9 @@ var (
 	workflowRunStates  = []string{api.RunPending, api.RunRunning, api.RunSucceeded, api.RunFailed, api.RunCancelled}
 	workflowStepStates = []string{api.StepPending, api.StepRunning, api.StepRetrying, api.StepSucceeded, api.StepFailed, api.StepSkipped, api.StepCancelled}
 )
+
+// buildStates are the states of a build.
+var buildStates = []string{api.BuildRunning, api.BuildSucceeded, api.BuildRefused, api.BuildFailed, api.BuildTimeout}
 
 // approvalStates are the states of an approval.
 var approvalStates = []string{api.ApprovalPending, api.ApprovalAllowed, api.ApprovalDenied, api.ApprovalExpired, api.ApprovalWithdrawn}
@@ -969,6 +1023,18 @@ var typeDocs = map[string]string{
 	"WorkflowAttempt":  "One attempt of a step: the sandbox it ran in and what it started from.",
 	"WorkflowArtifact": "One regular file a step's outputs collected, with its size and sha256.",
 	"WorkflowEvent":    "One event of a run (the workflow field of an Event of type workflow). Seq numbers the run's events from 1; a reader resumes with after = the last seq it saw.",
+	"CreateBuild": "The settings of build.create. Over HTTP they are query parameters (command, outputs, env and allow_domains repeated; labels one JSON object) or the JSON part settings of a multipart body, the source being the body; over JSON-RPC this object with the tar in content (base64). " +
+		"Caps (max_files, max_file_bytes, max_total_bytes, timeout_ms) may only narrow the operator's: above them is 400 invalid_argument naming the cap.",
+	"Build":            "A build: its settings, its outcome (status and reason), its source's digest, its artifacts and the head and tail of its log.",
+	"BuildSource":      "The normalized source package.",
+	"Toolchain":        "The template a build ran on.",
+	"BuildArtifact":    "One collected regular file; build.artifact downloads it by its sha256.",
+	"BuildLog":         "The head (first 32 KiB) and tail (last 32 KiB) of the command's output, stdout and stderr interleaved; build.log streams all of it that was kept.",
+	"BuildRef":         "Names a build (build.get, build.delete).",
+	"ListBuilds":       "The parameters of build.list.",
+	"BuildList":        "The answer of build.list, newest first.",
+	"BuildLogRequest":  "The parameters of build.log.",
+	"BuildArtifactRef": "Names an artifact of a build by its sha256 (build.artifact).",
 }
 
 // fieldDocs describe fields, by "Component.field".
@@ -1088,15 +1154,53 @@ var fieldDocs = map[string]string{
 	"WorkflowEvent.message":          "What happened, in words: an error, a retry's reason and delay.",
 	"WorkflowEvent.artifacts":        "The outputs collected (step.artifacts).",
 	"Event.workflow":                 "The run's event (type workflow, workflow.events).",
+	"CreateBuild.template":           "The toolchain: a template of the daemon; host (the default) is the host's /usr.",
+	"CreateBuild.command":            "The build command's argv, run in /src.",
+	"CreateBuild.outputs":            "Paths relative to /src (clean, no ..), files or directories, collected as artifacts when the command exits 0.",
+	"CreateBuild.env":                "KEY=VALUE pairs: with moat's standard variables (PATH, HOME, TMPDIR, XDG_CACHE_HOME, LANG, SOURCE_DATE_EPOCH) the whole environment. PATH, LANG and SOURCE_DATE_EPOCH may be overridden; HOME, TMPDIR and XDG_CACHE_HOME may not (400).",
+	"CreateBuild.timeout_ms":         "Bounds the command (default 10 min, at most the operator's cap, 1 h by default); past it the whole tree is killed (status timeout).",
+	"CreateBuild.net":                "none (the default: loopback only) or proxy (the egress proxy, allow_domains only).",
+	"CreateBuild.max_files":          "The source's entries (files, directories, symlinks): default the operator's (50000); only lower.",
+	"CreateBuild.max_file_bytes":     "One file of the source: default the operator's (64 MiB); only lower.",
+	"CreateBuild.max_total_bytes":    "The source's files added up: default the operator's (512 MiB); only lower.",
+	"CreateBuild.labels":             "Kept with the build and given to its sandbox. Over HTTP as a query parameter: one JSON object.",
+	"CreateBuild.detach":             "Answer as soon as the build is accepted (status running); build.get with wait=true waits for its end.",
+	"CreateBuild.content":            "The source tar over JSON-RPC (base64); over HTTP the body, never a query parameter.",
+	"Build.status":                   "running, then succeeded, refused (nothing ran), failed or timeout.",
+	"Build.reason":                   "Why a build was refused or failed: a source_* code (refused), policy_denied, timeout, oom, compile_failed, output_missing, output_too_large, interrupted or setup_failed.",
+	"Build.source_digest":            "sha256:<hex> of the normalized source tree: the same tree gives the same digest however it was packed.",
+	"Build.env":                      "The names of the variables the command had; values are not kept.",
+	"Build.source_date_epoch":        "SOURCE_DATE_EPOCH as the command saw it, and the mtime of every file of the normalized source (default 315532800, 1980-01-01).",
+	"Build.exit_code":                "The command's exit code once it ran; absent if it never started.",
+	"Build.skipped":                  "What the outputs held that is not collected (symlinks, special files; never followed), first 100.",
+	"Build.duration_ms":              "Source check to last artifact.",
+	"Build.sandbox":                  "The sandbox the command ran in (deleted after the build).",
+	"BuildSource.files":              "Entries: files, directories, symlinks.",
+	"BuildSource.bytes":              "The regular files' sizes added up.",
+	"BuildSource.stripped":           "Files whose setuid/setgid bits were removed.",
+	"Toolchain.digest":               "The template's layer digest; empty for the host template.",
+	"BuildArtifact.path":             "Relative to /src.",
+	"BuildArtifact.sha256":           "Hex; the artifact's name for build.artifact.",
+	"BuildArtifact.mode":             "Permission bits.",
+	"BuildLog.tail":                  "Empty when head holds it all.",
+	"BuildLog.bytes":                 "Everything the command wrote.",
+	"BuildLog.kept":                  "What build.log can give: at most the log cap (64 MiB by default).",
+	"BuildLog.truncated":             "The command wrote more than the log cap.",
+	"BuildRef.wait":                  "build.get: answer at the build's end.",
+	"ListBuilds.status":              "Keep only builds of this status.",
+	"ListBuilds.limit":               "At most this many builds, newest first.",
+	"BuildLogRequest.offset":         "The byte of the log to start from.",
+	"BuildLogRequest.follow":         "Keep the stream open until the build ends.",
 }
 
 // queryDocs describe query parameters that differ by operation, by
 // "operation.field".
 var queryDocs = map[string]string{
-	"file.upload.path":   "The directory to extract under; it must exist.",
-	"file.download.path": "The file or tree to archive.",
-	"file.write.path":    "The file to replace (atomically).",
-	"file.upload.mode":   "Accepted and ignored: the modes come from the archive.",
+	"file.upload.path":    "The directory to extract under; it must exist.",
+	"file.download.path":  "The file or tree to archive.",
+	"file.write.path":     "The file to replace (atomically).",
+	"file.upload.mode":    "Accepted and ignored: the modes come from the archive.",
+	"build.create.labels": "One JSON object of strings: labels={\"team\":\"infra\"}.",
 }
 
 // opDocs describe operations beyond their summary.
@@ -1145,7 +1249,16 @@ var opDocs = map[string]string{
 	api.OpWorkflowEvents: "Events are Event objects of type workflow, their workflow field the run's event. With follow=true the stream ends when the run ends. Over JSON-RPC the events are process.event notifications and the result is the run as it is at the end.",
 	api.OpWorkflowCancel: "Answers once the run has ended cancelled. A run that has ended is 409 conflict.",
 	api.OpWorkflowResume: "Only a failed or cancelled run: the steps that succeeded before from keep their results, snapshots and outputs and are not run again; the others run again (their attempts numbered on). Another state is 409 conflict.",
-	api.OpWorkflowAdd:    "The step joins the group's priority queue. An invalid step, or a group that is not concurrent, is 400 (with the step's lines); a group the run does not have 404; a group that has ended, or a run that is not running, 409.",
+	api.OpBuildCreate: "The body is the source package, a tar (plain or gzip), streamed: the settings come as query parameters, or the body is multipart/form-data with a JSON part settings then a part source. " +
+		"Before anything runs the source is checked entry by entry and normalized (owners 1000:1000, mtimes SOURCE_DATE_EPOCH, setuid/setgid stripped) into the build's private layer at /src; a source refused is a build of status refused with a source_* reason, not an error. " +
+		"The command runs in /src of a sandbox of the template, HOME, TMPDIR and XDG_CACHE_HOME under /build, no network unless net=proxy. Answers 201 with the ended build, or at once with detach=true (status running). " +
+		"The sandbox's calls are judged by the policy and audited as the caller's; the build is audited once at its end (kind build).",
+	api.OpBuildList:     "Only the caller's tenant's builds, kept until build.delete or the retention (7 days by default).",
+	api.OpBuildGet:      "Another tenant's build is 404. With wait=true the request lasts until the build's end.",
+	api.OpBuildLog:      "Events carry the log's bytes (text, or data in base64) as stdout events from offset; with follow=true the stream ends when the build ends. Over JSON-RPC the events are process.event notifications and the result is the build as it is at the end.",
+	api.OpBuildArtifact: "application/octet-stream, the ETag the digest. A digest the build has no artifact of is 404. Over JSON-RPC the result is a FileContent with the bytes in content, base64 (at most the server's max file bytes).",
+	api.OpBuildDelete:   "Answers with the build as it was last; its log and artifacts are removed.",
+	api.OpWorkflowAdd:   "The step joins the group's priority queue. An invalid step, or a group that is not concurrent, is 400 (with the step's lines); a group the run does not have 404; a group that has ended, or a run that is not running, 409.",
 }
 
 const infoDescription = `The HTTP API of ` + "`moat serve`" + `: long-lived Linux sandboxes, their processes and files, for many tenants.
@@ -1153,7 +1266,7 @@ The human reference is docs/API.md.
 
 **Authentication.** Every /v1 operation needs ` + "`Authorization: Bearer <token>`" + `. Tokens are listed in ` + "`<data>/tokens`" + `, one "TENANT TOKEN" per line, and reloaded on SIGHUP; the token decides the tenant. A tenant sees only its own sandboxes: another tenant's sandbox is 404. /healthz, /readyz and /metrics need no token.
 
-**Binding.** Path parameters and the query string fill the request's fields of the same json names; a JSON body (at most 1 MiB, Content-Type application/json) fills the rest. Unknown body fields and unknown query parameters are refused with 400. Raw bodies (file.write, file.upload) are capped by the server's max file bytes (64 MiB by default). Requests are limited to 5 minutes, except process.exec, process.wait, process.output and workflow.events.
+**Binding.** Path parameters and the query string fill the request's fields of the same json names; a JSON body (at most 1 MiB, Content-Type application/json) fills the rest. Unknown body fields and unknown query parameters are refused with 400. Raw bodies (file.write, file.upload) are capped by the server's max file bytes (64 MiB by default); build.create's by 2 × the build's max_total_bytes + 64 MiB. Requests are limited to 5 minutes, except process.exec, process.wait, process.output, workflow.events, build.create, build.get and build.log.
 
 **Roles.** A token line may end with a role: "TENANT TOKEN approver". Only approver tokens may answer approvals (approvals.answer); the daemon writes one for tenant default to ` + "`<data>/approver-token`" + ` on first start. Give agents the other tokens.
 
@@ -1161,4 +1274,35 @@ The human reference is docs/API.md.
 
 **Errors.** Every error is an Error object (code, message, errno for file_error; rule, source, approval for policy_denied) with the HTTP status of its code. An error after a stream has begun arrives as its last event (type error).
 
-**JSON-RPC 2.0 over stdio** (` + "`moat serve --stdio`" + `): one JSON value per line in each direction, no token (the caller is the local user). The method is the operationId (x-jsonrpc.method), the params are the request body with the path fields included (x-jsonrpc.params: e.g. {"sandbox": "…", "process": 3}), and the result is the answer (x-jsonrpc.result). Raw bodies travel base64-encoded in a "content" field: file.write and file.upload take a WriteFile, file.read and file.download return a FileContent. Stream events (process.exec with stream=true, process.output, workflow.events) arrive before the response as notifications {"jsonrpc": "2.0", "method": "process.event", "params": {"id": <request id>, "event": Event}}. A failed call is a JSON-RPC error with code -32602 for invalid_argument, -32603 for internal and -32000 for every other error, its data the Error object; -32700 (not JSON), -32600 (JSON that is not a Request object, answered with its id when the id can be read), -32601 and -32602 keep their standard meanings. Requests run concurrently and may be answered out of order; batches are accepted. The notification {"jsonrpc": "2.0", "method": "` + api.RPCCancel + `", "params": {"id": <request id>}} cancels a request in flight (a cancelled process.exec kills its process).`
+**JSON-RPC 2.0 over stdio** (` + "`moat serve --stdio`" + `): one JSON value per line in each direction, no token (the caller is the local user). The method is the operationId (x-jsonrpc.method), the params are the request body with the path fields included (x-jsonrpc.params: e.g. {"sandbox": "…", "process": 3}), and the result is the answer (x-jsonrpc.result). Raw bodies travel base64-encoded in a "content" field: file.write and file.upload take a WriteFile, build.create a CreateBuild, file.read, file.download and build.artifact return a FileContent. Stream events (process.exec with stream=true, process.output, workflow.events, build.log) arrive before the response as notifications {"jsonrpc": "2.0", "method": "process.event", "params": {"id": <request id>, "event": Event}}. A failed call is a JSON-RPC error with code -32602 for invalid_argument, -32603 for internal and -32000 for every other error, its data the Error object; -32700 (not JSON), -32600 (JSON that is not a Request object, answered with its id when the id can be read), -32601 and -32602 keep their standard meanings. Requests run concurrently and may be answered out of order; batches are accepted. The notification {"jsonrpc": "2.0", "method": "` + api.RPCCancel + `", "params": {"id": <request id>}} cancels a request in flight (a cancelled process.exec kills its process).`
+
+// buildRequestBody is the body of build.create: a tar (the settings in
+// the query string), or multipart/form-data with a JSON part settings
+// (reqName without content) and a part source (the tar).
+func buildRequestBody(reqName string) object {
+	content := object{}
+	for _, mt := range buildSourceTypes {
+		content.set(mt, object{{"schema", binary(mt)}})
+	}
+	content.set("multipart/form-data", object{
+		{"schema", object{
+			{"type", "object"},
+			{"properties", object{
+				{"settings", object{{"description", "The settings: a " + reqName + " without content (unknown fields refused). The first part."}, {"allOf", []object{ref(reqName)}}}},
+				{"source", object{{"description", "The source package: a tar, plain or gzip. The second and last part."}, {"type", "string"}, {"format", "binary"}}},
+			}},
+			{"required", []string{"settings", "source"}},
+		}},
+		{"encoding", object{
+			{"settings", object{{"contentType", "application/json"}}},
+			{"source", object{{"contentType", strings.Join(buildSourceTypes, ", ")}}},
+		}},
+	})
+	return object{
+		{"description", "The source package, a tar (plain or gzip, detected by its magic) streamed as the body, the settings in the query string; " +
+			"or multipart/form-data: a part settings (JSON) then a part source (the tar), nothing else (400). " +
+			"The body is at most 2 × the build's max_total_bytes + 64 MiB (413 too_large); the source is checked against the build's caps as it is unpacked (a refused build, not an error)."},
+		{"required", true},
+		{"content", content},
+	}
+}
