@@ -394,3 +394,42 @@ func TestBuildBodyRefusedByTransport(t *testing.T) {
 		t.Fatalf("control: %d %s", r.status, r.body)
 	}
 }
+
+// TestBuildWaitsForRoom: a build whose sandbox the tenant's quota has no
+// room for waits for it (builds queue) instead of failing: once the
+// tenant's sandbox is deleted, the build runs. Control: the create was
+// really refused for room while the quota was full (its audit record).
+func TestBuildWaitsForRoom(t *testing.T) {
+	testutil.RequireRoot(t) // the source's owners are set (chown)
+	h := newFakeHarness(t, func(c *Config) { c.MaxPerTenant = 1 })
+	sb := h.create(tokenA, api.CreateSandbox{})
+	src := makeTar(t, false, tarEntry{name: "f", body: "x"})
+	b := h.build(builderA, api.CreateBuild{Command: []string{"true"}, Detach: true}, src)
+	refused := func() bool {
+		for _, ev := range h.auditEvents(tokenA, api.OpSandboxCreate) {
+			if ev.Sandbox == "" && strings.Contains(ev.Error, api.CodeTooMany) {
+				return true
+			}
+		}
+		return false
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !refused() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the build's create was never refused for room: %+v", h.auditEvents(tokenA, api.OpSandboxCreate))
+		}
+		time.Sleep(20 * time.Millisecond) // polling a condition, with a deadline
+	}
+	if got, err := h.getBuild(builderA, b.ID, false); err != nil || got.Status != api.BuildRunning {
+		t.Fatalf("while the quota is full: %+v %v", got, err)
+	}
+	if r := h.do("DELETE", "/v1/sandboxes/"+sb, tokenA, nil); r.status != http.StatusOK {
+		t.Fatalf("delete: %d %s", r.status, r.body)
+	}
+	got, err := h.getBuild(builderA, b.ID, true)
+	// Its sandbox was made (the fake runtime then runs no compiler: what
+	// the command did is not this test's business).
+	if err != nil || got.Sandbox == "" || strings.Contains(got.Message, "quota") {
+		t.Fatalf("after room was made: %+v %v", got, err)
+	}
+}
