@@ -199,7 +199,7 @@ func buildFixed(b *strings.Builder, f *schema.Build, a *analysis, fixedFig, outF
 		if row.Duration != nil && row.Duration.N > 0 {
 			d := row.Duration.P50
 			a.fig("build."+c.kind+".outside_duration.p50_ms", "build "+c.kind+", client wall p50 − the daemon's duration_ms p50", "ms", s.P50-d, "lower")
-			fmt.Fprintf(b, " The daemon's own duration_ms (the build's start to its end as the daemon records them: the source's check, the sandbox's create, the command, the outputs' collection and the sandbox's deletion) was %s ms at p50; the other %s ms are outside it: the HTTP request, the settings' checks, the build's records in the store and the answer", num(d), num(s.P50-d))
+			fmt.Fprintf(b, " The daemon's own duration_ms (the build's start to its end as the daemon records them: the source's check, the sandbox's create, the command and the outputs' collection; the sandbox is deleted after the answer, as a create's is after it) was %s ms at p50; the other %s ms are outside it: the HTTP request, the settings' checks, the build's records in the store and the answer", num(d), num(s.P50-d))
 			if row.Call != nil && row.Call.N > 0 && c.kind == schema.BuildTrivialOutput {
 				fmt.Fprintf(b, ", and the artifact's download (%s ms after the Build call's %s ms at p50)", num(s.P50-row.Call.P50), num(row.Call.P50))
 			}
@@ -208,7 +208,7 @@ func buildFixed(b *strings.Builder, f *schema.Build, a *analysis, fixedFig, outF
 		b.WriteString("\n")
 	}
 	if del > 0 {
-		fmt.Fprintf(b, "- A build answers after its sandbox is deleted, a create before: the baseline's delete, untimed in its samples, took %s ms at p50; create → first exec → delete is then %s ms",
+		fmt.Fprintf(b, "- Neither side waits for its sandbox's deletion (a build deletes it after its answer; the baseline's delete, untimed in its samples, took %s ms at p50); create → first exec → delete is %s ms",
 			num(del), num(base.P50+del))
 		if s := buildStats(f.Row(schema.BuildTrivial)); s != nil {
 			fmt.Fprintf(b, ", and the trivial build %s of that", ratio(s.P50/(base.P50+del)))

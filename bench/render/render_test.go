@@ -55,7 +55,7 @@ func TestMarkdownEveryKind(t *testing.T) {
 		"rootfs":       {"| warm |", "Warm pool hits"},
 		"density":      {"live idle sandboxes held at once", "Projection", "- Daemon: SIGTERM"},
 		"workflow":     {"| `chain-light` |", "**Chain**", "**Retry**", "**Budget fairness**", "step.started → step.sandbox"},
-		"build":        {"| `sandbox` |", "**Overhead**", "1.04× (+3.6%", "**Fixed cost**", "Both builds made the same program", "delete is then 71.00 ms"},
+		"build":        {"| `sandbox` |", "**Overhead**", "1.04× (+3.6%", "**Fixed cost**", "Both builds made the same program", "delete is 71.00 ms"},
 	}
 	for _, kind := range schema.Kinds() {
 		t.Run(kind, func(t *testing.T) {
