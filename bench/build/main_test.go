@@ -219,7 +219,7 @@ func TestRowsRender(t *testing.T) {
 	for _, want := range []string{
 		"1.08× (+8.2%, 500.0 ms). The goal (≤ 1.05×) is not met", "1.40× the cold create → first exec of the same daemon (50.00 ms). The goal (≤ 1.5×) is met",
 		"1.60× the cold create → first exec", "the other 20.00 ms are outside it", "round 2, sandbox: boom",
-		"took 25.00 ms at p50; create → first exec → delete is 75.00 ms, and the trivial build 0.93× of that",
+		"took 25.00 ms at p50); create → first exec → delete is 75.00 ms, and the trivial build 0.93× of that",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
