@@ -111,21 +111,7 @@ func (s *Store) GetBuild(ctx context.Context, tenant, id string) (*Build, error)
 // (by Created) first, at most limit of them (see DefaultLimit and
 // MaxLimit).
 func (s *Store) ListBuilds(ctx context.Context, tenant, status string, limit int) ([]Build, error) {
-	limit = clampLimit(limit)
-	var rows *sql.Rows
-	var err error
-	if status == "" {
-		rows, err = s.r.QueryContext(ctx, `SELECT `+buildCols+` FROM builds WHERE tenant = ?
-			ORDER BY created DESC, rowid DESC LIMIT ?`, tenant, limit)
-	} else {
-		rows, err = s.r.QueryContext(ctx, `SELECT `+buildCols+` FROM builds WHERE tenant = ? AND status = ?
-			ORDER BY created DESC, rowid DESC LIMIT ?`, tenant, status, limit)
-	}
-	out, err := scanRows(rows, err, scanBuild)
-	if err != nil {
-		return nil, fmt.Errorf("store: list builds: %w", err)
-	}
-	return out, nil
+	return listTenant(ctx, s, "builds", buildCols, "status", tenant, status, limit, scanBuild, "builds")
 }
 
 // DeleteBuild removes the build id of tenant; a build that is not there

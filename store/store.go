@@ -312,6 +312,28 @@ func getRow[T any](row *sql.Row, scan func(scanner, *T) error, what, id string) 
 	return v, nil
 }
 
+// listTenant lists tenant's rows of table (cols, scanned by scan) whose
+// column stateCol is state ("" for any), newest (by created) first, at
+// most limit of them (see DefaultLimit and MaxLimit); what names them in
+// errors.
+func listTenant[T any](ctx context.Context, s *Store, table, cols, stateCol, tenant, state string, limit int,
+	scan func(scanner, *T) error, what string) ([]T, error) {
+	q := `SELECT ` + cols + ` FROM ` + table + ` WHERE tenant = ?`
+	args := []any{tenant}
+	if state != "" {
+		q += ` AND ` + stateCol + ` = ?`
+		args = append(args, state)
+	}
+	q += ` ORDER BY created DESC, rowid DESC LIMIT ?`
+	args = append(args, clampLimit(limit))
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	out, err := scanRows(rows, err, scan)
+	if err != nil {
+		return nil, fmt.Errorf("store: list %s: %w", what, err)
+	}
+	return out, nil
+}
+
 // scanRows scans every row of a query (its error included); the result
 // is empty, not nil, when there are none.
 func scanRows[T any](rows *sql.Rows, err error, scan func(scanner, *T) error) ([]T, error) {

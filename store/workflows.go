@@ -199,21 +199,7 @@ func (s *Store) GetWorkflowRun(ctx context.Context, tenant, id string) (*Workflo
 // (by Created) first, at most limit of them (see DefaultLimit and
 // MaxLimit).
 func (s *Store) ListWorkflowRuns(ctx context.Context, tenant, state string, limit int) ([]WorkflowRun, error) {
-	limit = clampLimit(limit)
-	var rows *sql.Rows
-	var err error
-	if state == "" {
-		rows, err = s.r.QueryContext(ctx, `SELECT `+workflowCols+` FROM workflow_runs WHERE tenant = ?
-			ORDER BY created DESC, rowid DESC LIMIT ?`, tenant, limit)
-	} else {
-		rows, err = s.r.QueryContext(ctx, `SELECT `+workflowCols+` FROM workflow_runs WHERE tenant = ? AND state = ?
-			ORDER BY created DESC, rowid DESC LIMIT ?`, tenant, state, limit)
-	}
-	out, err := scanRows(rows, err, scanWorkflowRun)
-	if err != nil {
-		return nil, fmt.Errorf("store: list workflow runs: %w", err)
-	}
-	return out, nil
+	return listTenant(ctx, s, "workflow_runs", workflowCols, "state", tenant, state, limit, scanWorkflowRun, "workflow runs")
 }
 
 // UnfinishedWorkflowRuns returns every run, of any tenant, in state
