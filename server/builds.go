@@ -280,15 +280,8 @@ func (s *Service) listBuilds(ctx context.Context, c Caller, in *input) (any, err
 	if err != nil {
 		return nil, err
 	}
-	known := req.Status == ""
-	for _, st := range buildStatuses {
-		known = known || req.Status == st
-	}
-	if !known {
-		return nil, api.Errorf(api.CodeInvalidArgument, "status must be one of %q", buildStatuses)
-	}
-	if req.Limit < 0 {
-		return nil, api.Errorf(api.CodeInvalidArgument, "limit must not be negative")
+	if err := checkListFilter("status", req.Status, buildStatuses, req.Limit); err != nil {
+		return nil, err
 	}
 	rows, err := s.cfg.Store.ListBuilds(ctx, c.Tenant, req.Status, req.Limit)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/moat-sandbox/moat/api"
@@ -135,6 +136,18 @@ func (s *Service) createWorkflow(ctx context.Context, c Caller, in *input) (any,
 	return run, nil
 }
 
+// checkListFilter checks the filter of a list: value, given as field,
+// is "" or one of known; limit is not negative.
+func checkListFilter(field, value string, known []string, limit int) error {
+	if value != "" && !slices.Contains(known, value) {
+		return api.Errorf(api.CodeInvalidArgument, "%s must be one of %q", field, known)
+	}
+	if limit < 0 {
+		return api.Errorf(api.CodeInvalidArgument, "limit must not be negative")
+	}
+	return nil
+}
+
 // workflowStates are the states a list may filter by.
 var workflowStates = []string{api.RunPending, api.RunRunning, api.RunSucceeded, api.RunFailed, api.RunCancelled}
 
@@ -143,15 +156,8 @@ func (s *Service) listWorkflows(ctx context.Context, c Caller, in *input) (any, 
 	if err != nil {
 		return nil, err
 	}
-	known := req.State == ""
-	for _, st := range workflowStates {
-		known = known || req.State == st
-	}
-	if !known {
-		return nil, api.Errorf(api.CodeInvalidArgument, "state must be one of %q", workflowStates)
-	}
-	if req.Limit < 0 {
-		return nil, api.Errorf(api.CodeInvalidArgument, "limit must not be negative")
+	if err := checkListFilter("state", req.State, workflowStates, req.Limit); err != nil {
+		return nil, err
 	}
 	runs, err := s.wf.eng.List(ctx, c.Tenant, req.State, req.Limit)
 	if err != nil {

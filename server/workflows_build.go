@@ -1,7 +1,6 @@
 package server
 
 import (
-	"archive/tar"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/api"
+	"github.com/moat-sandbox/moat/build"
 	"github.com/moat-sandbox/moat/fstree"
 	"github.com/moat-sandbox/moat/workflow/engine"
 )
@@ -149,7 +149,7 @@ func sendSource(ctx context.Context, w io.Writer, src *artifactDir) error {
 		tw.CloseWithError(err)
 		done <- err
 	}()
-	err := retarSource(tr, w, top, func() error {
+	err := build.Retar(tr, w, top, nil, func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		return skipped
@@ -168,42 +168,6 @@ func cmpErr(err, def error) error {
 		return err
 	}
 	return def
-}
-
-// retarSource copies the tar r (entries under top) to w with top taken
-// off ("top/a" becomes "a"; top itself is left out), failing as soon as
-// skipped reports an entry left out.
-func retarSource(r io.Reader, w io.Writer, top string, skipped func() error) error {
-	tr, tw := tar.NewReader(r), tar.NewWriter(w)
-	for {
-		hdr, err := tr.Next()
-		// WriteTar reports an entry it leaves out before it writes the
-		// next one, or its end.
-		if sk := skipped(); sk != nil {
-			return sk
-		}
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return err
-		}
-		if hdr.Name == top || hdr.Name == top+"/" {
-			continue
-		}
-		name, ok := strings.CutPrefix(hdr.Name, top+"/")
-		if !ok {
-			return fmt.Errorf("the source's tar has an entry %q outside %s", hdr.Name, top)
-		}
-		out := &tar.Header{Typeflag: hdr.Typeflag, Name: name, Linkname: hdr.Linkname, Size: hdr.Size, Mode: hdr.Mode, ModTime: hdr.ModTime}
-		if err := tw.WriteHeader(out); err != nil {
-			return err
-		}
-		if _, err := io.Copy(tw, tr); err != nil {
-			return err
-		}
-	}
-	return tw.Close()
 }
 
 // placeArtifacts copies the artifacts of build bd from its out directory

@@ -10,12 +10,12 @@ import (
 	"math"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 
 	"github.com/moat-sandbox/moat/api"
+	"github.com/moat-sandbox/moat/build"
 	"github.com/moat-sandbox/moat/fstree"
 )
 
@@ -160,35 +160,16 @@ func (s *buildSource) body(ctx context.Context, caps sourceCaps, compress bool) 
 }
 
 // retar copies the tar WriteTar made to w with the top entry taken off
-// (the daemon makes /src itself; "src/a" becomes "a"), checking the caps
-// on each header before its content is read, and the special files
-// WriteTar left out (skipped: a refusal once one was).
+// (build.Retar: the daemon makes /src itself; "src/a" becomes "a"),
+// checking the caps on each header before its content is read, and the
+// special files WriteTar left out (skipped: a refusal once one was).
 func retar(r io.Reader, w io.Writer, caps sourceCaps, skipped func() *sourceRefusal) error {
-	tr, tw := tar.NewReader(r), tar.NewWriter(w)
 	var (
 		files int
 		total int64
 	)
-	for {
-		hdr, err := tr.Next()
-		// WriteTar reports a skipped entry before it writes the next
-		// one or its end: the refusal is seen here before either.
-		if sk := skipped(); sk != nil {
-			return sk
-		}
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return err
-		}
-		name, ok := strings.CutPrefix(hdr.Name, dirEntry+"/")
-		if !ok {
-			return fmt.Errorf("making the source's tar: unexpected entry %q", hdr.Name)
-		}
-		if name == "" {
-			continue
-		}
+	check := func(hdr *tar.Header) error {
+		name := hdr.Name
 		files++
 		if caps.files > 0 && files > caps.files {
 			return &sourceRefusal{api.ReasonSourceTooManyFiles, fmt.Sprintf("more than %d entries (--max-files)", caps.files)}
@@ -202,13 +183,12 @@ func retar(r io.Reader, w io.Writer, caps sourceCaps, skipped func() *sourceRefu
 				return &sourceRefusal{api.ReasonSourceTooLarge, fmt.Sprintf("the files add up above --max-total-bytes (%d) at %s", caps.totalBytes, strconv.Quote(name))}
 			}
 		}
-		out := &tar.Header{Typeflag: hdr.Typeflag, Name: name, Linkname: hdr.Linkname, Size: hdr.Size, Mode: hdr.Mode, ModTime: hdr.ModTime}
-		if err := tw.WriteHeader(out); err != nil {
-			return err
-		}
-		if _, err := io.Copy(tw, tr); err != nil {
-			return err
-		}
+		return nil
 	}
-	return tw.Close()
+	return build.Retar(r, w, dirEntry, check, func() error {
+		if sk := skipped(); sk != nil {
+			return sk
+		}
+		return nil
+	})
 }
