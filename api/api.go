@@ -327,6 +327,9 @@ const (
 	// EventWorkflow carries one event of a workflow run (workflow.events);
 	// its seq is the run event's own.
 	EventWorkflow = "workflow"
+	// EventAgent carries one event of an agent run (agent.events); its
+	// seq is the run event's own.
+	EventAgent = "agent"
 )
 
 // Event is one element of a stream (NDJSON line over HTTP, a
@@ -351,6 +354,8 @@ type Event struct {
 	// Workflow is the workflow event of a workflow.events stream (type
 	// "workflow").
 	Workflow *WorkflowEvent `json:"workflow,omitempty"`
+	// Agent is the agent event of an agent.events stream (type "agent").
+	Agent *AgentEvent `json:"agent,omitempty"`
 }
 
 // SetOutput puts p in Text when it is valid UTF-8, else in Data.

@@ -87,6 +87,12 @@ const (
 	OpBuildLog       = "build.log"
 	OpBuildArtifact  = "build.artifact"
 	OpBuildDelete    = "build.delete"
+	OpAgentCreate    = "agent.create"
+	OpAgentList      = "agent.list"
+	OpAgentGet       = "agent.get"
+	OpAgentEvents    = "agent.events"
+	OpAgentCancel    = "agent.cancel"
+	OpAgentResume    = "agent.resume"
 
 	// NotifyEvent is the JSON-RPC notification that carries a stream's
 	// events (also the approval events of a waiting exec and of
@@ -149,6 +155,12 @@ var Ops = []Op{
 	{OpBuildLog, "GET", "/v1/builds/{id}/log", BodyNone, BodyStream, "Stream a build's log from a byte offset; follow=true waits for the build's end.", BuildLogRequest{}, Build{}},
 	{OpBuildArtifact, "GET", "/v1/builds/{id}/artifacts/{digest}", BodyNone, BodyRaw, "Download one artifact of a build by its sha256.", BuildArtifactRef{}, FileContent{}},
 	{OpBuildDelete, "DELETE", "/v1/builds/{id}", BodyNone, BodyJSON, "Remove a build, its log and artifacts; a running build is stopped first.", BuildRef{}, Build{}},
+	{OpAgentCreate, "POST", "/v1/agents/runs", BodyJSON, BodyJSON, "Start a run of an agent of an agents document on a task; answers the run.", CreateAgentRun{}, AgentRun{}},
+	{OpAgentList, "GET", "/v1/agents/runs", BodyNone, BodyJSON, "List the caller's agent runs, newest first.", ListAgentRuns{}, AgentRunList{}},
+	{OpAgentGet, "GET", "/v1/agents/runs/{run}", BodyNone, BodyJSON, "Describe one agent run: its agents, usage and answer.", AgentRunRef{}, AgentRun{}},
+	{OpAgentEvents, "GET", "/v1/agents/runs/{run}/events", BodyNone, BodyStream, "Stream a run's events (model turns, tool calls with their decisions and results); follow=true waits for its end.", AgentEvents{}, AgentRun{}},
+	{OpAgentCancel, "POST", "/v1/agents/runs/{run}/cancel", BodyJSON, BodyJSON, "Cancel a run: its model and tool calls are stopped.", AgentRunRef{}, AgentRun{}},
+	{OpAgentResume, "POST", "/v1/agents/runs/{run}/resume", BodyJSON, BodyJSON, "Take up an ended run, its conversations kept, optionally with a new task.", ResumeAgentRun{}, AgentRun{}},
 }
 
 // Lookup returns the operation named name.

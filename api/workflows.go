@@ -44,6 +44,7 @@ const (
 	WfStepSnapshot   = "step.snapshot"
 	WfStepArtifacts  = "step.artifacts"
 	WfStepSandbox    = "step.sandbox"
+	WfStepAgent      = "step.agent" // an agent step's attempt started its agent run (Agent)
 	WfGroupBudget    = "group.budget"
 	WfRunInterrupted = "run.interrupted"
 )
@@ -144,7 +145,7 @@ type WorkflowGroup struct {
 type WorkflowStep struct {
 	ID       string `json:"id"`
 	Group    string `json:"group,omitempty"`
-	Kind     string `json:"kind"` // "run" (argv or sh), "build" (a build: step); later "agent"
+	Kind     string `json:"kind"` // "run" (argv or sh), "build" (a build: step), "agent" (an agent: step)
 	State    string `json:"state"`
 	Priority string `json:"priority,omitempty"`
 	// Attempt is the number of the latest attempt (1 on the first); 0
@@ -180,6 +181,10 @@ type WorkflowAttempt struct {
 	// the build's exit code, duration, peak memory and its log's head
 	// and tail (as stderr).
 	Build string `json:"build,omitempty"`
+	// Agent is the agent run an agent step's attempt ran (agent.get and
+	// agent.events show it: its conversation, tool calls and answer);
+	// its Result then holds the run's answer as stdout.
+	Agent string `json:"agent,omitempty"`
 }
 
 // WorkflowArtifact is one file a step's outputs collected.
@@ -203,6 +208,9 @@ type WorkflowEvent struct {
 	// Sandbox, Snapshot: of a step.sandbox / step.snapshot event.
 	Sandbox  string `json:"sandbox,omitempty"`
 	Snapshot string `json:"snapshot,omitempty"`
+	// Agent: of a step.agent event, the agent run (agent.get,
+	// agent.events show it).
+	Agent string `json:"agent,omitempty"`
 	// Message says what happened in words (an error, a retry's reason).
 	Message   string             `json:"message,omitempty"`
 	Result    *sandbox.Result    `json:"result,omitempty"`

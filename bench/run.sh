@@ -11,6 +11,7 @@
 #   DAEMON_ARGS="--rounds 2" bash bench/run.sh   # bench/daemon flags (or skip)
 #   WORKFLOW_ARGS="--rounds 10 --fair-runs 1" bash bench/run.sh  # bench/workflow flags (or skip)
 #   BUILD_ARGS="--build-rounds 3" bash bench/run.sh  # bench/build flags (or skip)
+#   AGENT_ARGS="--runs 20" bash bench/run.sh     # bench/agent flags (or skip)
 #
 # Every benchmark NAME takes its flags from $NAME_ARGS (upper case;
 # "skip" skips it), bench/startup's also from the command line. The
@@ -31,7 +32,9 @@
 # bench/workflow (a chain of steps from snapshots and a retry from a
 # snapshot against one cold create, CPU fairness under a budget),
 # bench/build (a C build on the host against the same moat build, a
-# trivial build's fixed cost against one cold create), and last
+# trivial build's fixed cost against one cold create), bench/agent (a
+# tool call of an agent run against the exec round trip, the tool latency
+# of 100 runs at once on one model client), and last
 # bench/report, which writes docs/PERFORMANCE.md, its plots in
 # docs/perf/ and bench/results/summary.json from those results. Exits
 # non-zero when a run of a system failed, never because a figure is slow.
@@ -122,7 +125,8 @@ for step in \
 	"rootfs|warm pool claim, cold create host vs OCI template, snapshot, fork" \
 	"density|live idle sandboxes, memory per sandbox, start latency as they grow" \
 	"workflow|workflows: a chain from snapshots and a retry against a cold create, fairness under a budget" \
-	"build|sandboxed builds: a C build on the host against the same moat build, a trivial build against a cold create"; do
+	"build|sandboxed builds: a C build on the host against the same moat build, a trivial build against a cold create" \
+	"agent|agent runs: a tool call against the exec round trip, tool latency of 100 runs on one model client"; do
 	name=${step%%|*}
 	flags=$(args "$name")
 	if [[ $flags == skip ]]; then

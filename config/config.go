@@ -57,6 +57,8 @@ type Defaults struct {
 	// finished build is kept with its log and artifacts.
 	Build          build.Limits
 	BuildRetention time.Duration
+	// Agent configures the daemon's agent runs (the [agent] section).
+	Agent Agent
 	// Runtime names the sandbox runtime (the top-level runtime key; the
 	// --runtime flag wins); "" means moat's default, linux.
 	Runtime string
@@ -153,6 +155,25 @@ func APIDefaults() API {
 		AuthFailBurst: DefaultAuthFailBurst, AuthAuditInterval: DefaultAuthAuditInterval}
 }
 
+// Agent configures `moat serve`'s agent runs (the [agent] section).
+type Agent struct {
+	// ModelsFile is an agents file (absolute path) whose providers
+	// section configures the daemon's one model client; "" configures
+	// none (agent runs are then refused) unless `moat serve --models`
+	// names one.
+	ModelsFile string
+	// MaxRuns caps the unfinished agent runs of one tenant.
+	MaxRuns int
+	// MaxTurns caps the max_turns of a run's document (its model calls).
+	MaxTurns int
+}
+
+// Defaults of the [agent] section.
+const (
+	DefaultAgentMaxRuns  = 16
+	DefaultAgentMaxTurns = 200
+)
+
 // MaxPoolSize caps one pool.
 const MaxPoolSize = 256
 
@@ -174,6 +195,7 @@ func BuiltIn() Defaults {
 		API:         APIDefaults(),
 		Output:      OutputDefaults(),
 		Build:       build.Defaults, BuildRetention: DefaultBuildRetention,
+		Agent: Agent{MaxRuns: DefaultAgentMaxRuns, MaxTurns: DefaultAgentMaxTurns},
 	}
 }
 
@@ -223,6 +245,11 @@ func BuiltIn() Defaults {
 //	max_timeout = "1h"           # the longest timeout a call may ask
 //	retention = "168h"           # how long a finished build is kept with its log and artifacts
 //
+//	[agent]                      # `moat serve`'s agent runs
+//	models_file = "/etc/moat/models.yaml"  # an agents file whose providers are the daemon's model client
+//	max_runs = 16                # unfinished agent runs per tenant
+//	max_turns = 200              # the most max_turns a run's document may ask
+//
 //	[[pool]]                     # one per warm pool of `moat serve`
 //	template = "host"
 //	profile = "trusted"          # or "untrusted"
@@ -260,6 +287,11 @@ type file struct {
 		MaxTimeout     *string `toml:"max_timeout"`
 		Retention      *string `toml:"retention"`
 	} `toml:"build"`
+	Agent struct {
+		ModelsFile *string `toml:"models_file"`
+		MaxRuns    *int    `toml:"max_runs"`
+		MaxTurns   *int    `toml:"max_turns"`
+	} `toml:"agent"`
 	Output struct {
 		MaxLimit           *string `toml:"max_limit"`
 		MemoryBudget       *string `toml:"memory_budget"`
@@ -368,6 +400,9 @@ func Parse(name string, b []byte) (Defaults, error) {
 		return d, err
 	}
 	if err := parseBuild(name, &f, &d); err != nil {
+		return d, err
+	}
+	if err := parseAgent(name, &f, &d); err != nil {
 		return d, err
 	}
 	l := f.Limits
@@ -523,6 +558,39 @@ func parseBuild(name string, f *file, d *Defaults) error {
 	}
 	if d.Build.MaxFileBytes > d.Build.MaxTotalBytes {
 		return bad("max_file_bytes", fmt.Errorf("%d is above max_total_bytes (%d)", d.Build.MaxFileBytes, d.Build.MaxTotalBytes))
+	}
+	return nil
+}
+
+// Bounds of the [agent] section.
+const (
+	maxAgentRuns  = 100_000
+	maxAgentTurns = 10_000
+)
+
+// parseAgent sets the [agent] values given.
+func parseAgent(name string, f *file, d *Defaults) error {
+	a := f.Agent
+	bad := func(key string, err error) error {
+		return fmt.Errorf("%w: %s: agent.%s: %v", ErrInvalid, name, key, err)
+	}
+	if a.ModelsFile != nil {
+		if p := *a.ModelsFile; p != "" && !strings.HasPrefix(p, "/") {
+			return bad("models_file", fmt.Errorf("want an absolute path, got %q", p))
+		}
+		d.Agent.ModelsFile = *a.ModelsFile
+	}
+	if a.MaxRuns != nil {
+		if *a.MaxRuns < 1 || *a.MaxRuns > maxAgentRuns {
+			return bad("max_runs", fmt.Errorf("%d: must be from 1 to %d", *a.MaxRuns, maxAgentRuns))
+		}
+		d.Agent.MaxRuns = *a.MaxRuns
+	}
+	if a.MaxTurns != nil {
+		if *a.MaxTurns < 1 || *a.MaxTurns > maxAgentTurns {
+			return bad("max_turns", fmt.Errorf("%d: must be from 1 to %d", *a.MaxTurns, maxAgentTurns))
+		}
+		d.Agent.MaxTurns = *a.MaxTurns
 	}
 	return nil
 }

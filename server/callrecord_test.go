@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/moat-sandbox/moat/agent/model/modeltest"
 	"github.com/moat-sandbox/moat/api"
 	"github.com/moat-sandbox/moat/audit"
 )
@@ -62,7 +63,18 @@ func (h *harness) kindsOf(actor string) []string {
 // and, later, its exit). An operation added to api.Ops without a row
 // here fails the test. A handler that panics leaves one event too.
 func TestAuditEveryOp(t *testing.T) {
-	h := newHarness(t, withLayers(t))
+	// The model of the agent runs: a task "block" is held until the test
+	// ends; any other is answered at once.
+	block := make(chan struct{})
+	t.Cleanup(func() { close(block) })
+	models := modeltest.NewOpenAI(t)
+	models.Respond(func(r modeltest.Received) modeltest.Turn {
+		if len(r.Messages) > 0 && r.Messages[0].Text == "block" {
+			return modeltest.Turn{Hold: block}
+		}
+		return modeltest.Turn{Text: "done"}
+	})
+	h := newHarness(t, withProviders(t, []fakeProvider{{"fake", nil, models}}, withLayers(t)))
 	writePolicy(t, h.user, askTouch)
 	setup := func(name string, req any) any {
 		t.Helper()
@@ -80,6 +92,10 @@ func TestAuditEveryOp(t *testing.T) {
 	// add_step (its steps' calls are the setup actor's).
 	blocked := setup(api.OpWorkflowCreate, api.CreateWorkflow{Document: "steps:\n  - group: g\n    mode: concurrent\n    steps:\n" +
 		"      - {id: slow, run: [sleep, \"60\"], snapshot: none}\n"}).(*api.WorkflowRun).ID
+	// An agent run whose model call is held, for cancel and resume (its
+	// model calls and end are the setup actor's).
+	const agents = "agents:\n  - {name: a, model: m}\n"
+	heldRun := setup(api.OpAgentCreate, api.CreateAgentRun{Document: agents, Agent: "a", Task: "block"}).(*api.AgentRun).ID
 
 	// A call held by an ask rule, for the approvals' operations.
 	fol := h.follow(tokenA, "")
@@ -96,6 +112,8 @@ func TestAuditEveryOp(t *testing.T) {
 	var made string // the snapshot the snapshot.create row makes
 	var wf string   // the run the workflow.create row makes
 	const noRun = "wf-000000000000"
+	var ag string // the agent run the agent.create row makes
+	const noAgent = "ag-000000000000"
 	var bld api.Build // the build the build.create row makes
 	const noBuild = "bld-00000000000000000000"
 	one := func(name string) []string { return []string{name} }
@@ -164,6 +182,16 @@ func TestAuditEveryOp(t *testing.T) {
 		{api.OpBuildCreate, func() any {
 			return api.CreateBuild{Command: []string{"true"}, Outputs: []string{"up.txt"}, Content: archive.Bytes()}
 		}, []string{"build", api.OpBuildCreate, "file.download", "process.exec", "sandbox.create", "sandbox.end"}, api.CreateBuild{Content: archive.Bytes()}},
+		// An agent run's model calls and end are its creator's: one
+		// model.call, then agent.run; the events row follows it to its
+		// end.
+		{api.OpAgentCreate, func() any { return api.CreateAgentRun{Document: agents, Agent: "a", Task: "answer"} },
+			[]string{api.OpAgentCreate, "agent.run", "model.call"}, api.CreateAgentRun{Document: "agents: []", Agent: "a", Task: "t"}},
+		{api.OpAgentEvents, func() any { return api.AgentEvents{Run: ag, Follow: true} }, one(api.OpAgentEvents), api.AgentEvents{Run: noAgent}},
+		{api.OpAgentList, func() any { return api.ListAgentRuns{} }, one(api.OpAgentList), api.ListAgentRuns{State: "bogus"}},
+		{api.OpAgentGet, func() any { return api.AgentRunRef{Run: ag} }, one(api.OpAgentGet), api.AgentRunRef{Run: noAgent}},
+		{api.OpAgentCancel, func() any { return api.AgentRunRef{Run: heldRun} }, one(api.OpAgentCancel), api.AgentRunRef{Run: noAgent}},
+		{api.OpAgentResume, func() any { return api.ResumeAgentRun{Run: heldRun, Task: "answer"} }, one(api.OpAgentResume), api.ResumeAgentRun{Run: noAgent}},
 		{api.OpBuildList, func() any { return api.ListBuilds{} }, one(api.OpBuildList), api.ListBuilds{Status: "bogus"}},
 		{api.OpBuildGet, func() any { return api.BuildRef{ID: bld.ID} }, one(api.OpBuildGet), api.BuildRef{ID: noBuild}},
 		{api.OpBuildLog, func() any { return api.BuildLogRequest{ID: bld.ID} }, one(api.OpBuildLog), api.BuildLogRequest{ID: noBuild}},
@@ -195,6 +223,9 @@ func TestAuditEveryOp(t *testing.T) {
 		}
 		if run, ok := resp.(*api.WorkflowRun); ok && r.name == api.OpWorkflowCreate {
 			wf = run.ID
+		}
+		if run, ok := resp.(*api.AgentRun); ok && r.name == api.OpAgentCreate {
+			ag = run.ID
 		}
 		if b, ok := resp.(*api.Build); ok && r.name == api.OpBuildCreate {
 			if bld = *b; b.Status != api.BuildSucceeded || len(b.Artifacts) != 1 {

@@ -359,5 +359,5 @@ var gated = map[string]bool{
 	api.OpFileWrite: true, api.OpFileMkdir: true, api.OpFileRemove: true, api.OpFileMove: true, api.OpFileUpload: true,
 	api.OpSnapshotCreate: true, api.OpSnapshotFork: true, api.OpSandboxRestore: true, api.OpSandboxNetwork: true,
 	api.OpWorkflowCreate: true, api.OpWorkflowResume: true, api.OpWorkflowAdd: true,
-	api.OpBuildCreate: true,
+	api.OpBuildCreate: true, api.OpAgentCreate: true, api.OpAgentResume: true,
 }

@@ -51,5 +51,11 @@ func (s *Service) handlers() map[string]handler {
 		api.OpBuildLog:       s.buildLog,
 		api.OpBuildArtifact:  s.buildArtifact,
 		api.OpBuildDelete:    s.deleteBuild,
+		api.OpAgentCreate:    s.createAgentRun,
+		api.OpAgentList:      s.listAgentRuns,
+		api.OpAgentGet:       s.getAgentRun,
+		api.OpAgentEvents:    s.agentRunEvents,
+		api.OpAgentCancel:    s.cancelAgentRun,
+		api.OpAgentResume:    s.resumeAgentRun,
 	}
 }

@@ -36,7 +36,7 @@ const (
 
 // longOps may last as long as a sandbox (or a workflow run) does.
 var longOps = map[string]bool{api.OpExec: true, api.OpWait: true, api.OpOutput: true, api.OpApprovalList: true, api.OpWorkflowEvents: true,
-	api.OpBuildCreate: true, api.OpBuildGet: true, api.OpBuildLog: true}
+	api.OpBuildCreate: true, api.OpBuildGet: true, api.OpBuildLog: true, api.OpAgentEvents: true}
 
 // Handler is the HTTP API: /v1 (bearer token required), /healthz,
 // /readyz and /metrics.
@@ -205,7 +205,7 @@ func (s *Service) serveOp(w http.ResponseWriter, r *http.Request, op api.Op, tok
 		raw.start()
 	default:
 		status := http.StatusOK
-		if op.Name == api.OpSandboxCreate || op.Name == api.OpStart || op.Name == api.OpWorkflowCreate || op.Name == api.OpBuildCreate {
+		if op.Name == api.OpSandboxCreate || op.Name == api.OpStart || op.Name == api.OpWorkflowCreate || op.Name == api.OpBuildCreate || op.Name == api.OpAgentCreate {
 			status = http.StatusCreated
 		}
 		writeJSON(w, status, resp)

@@ -25,7 +25,18 @@ type serverMetrics struct {
 	proxy       *metrics.CounterVec
 	snapshots   *metrics.CounterVec
 	poolEvents  *metrics.CounterVec
+	// The model client's attempts and the agent runs' tool calls
+	// (agents_model.go, agents_journal.go).
+	modelRequests  *metrics.CounterVec
+	modelTokens    *metrics.CounterVec
+	modelLatency   *metrics.HistogramVec
+	agentToolCalls *metrics.CounterVec
 }
+
+// modelLatencyBuckets are the bounds of moat_model_latency_seconds: a
+// model call takes from tens of milliseconds (a local model's short
+// answer) to minutes.
+var modelLatencyBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
 
 func newMetrics(s *Service) *serverMetrics {
 	r := metrics.NewRegistry()
@@ -57,6 +68,11 @@ func newMetrics(s *Service) *serverMetrics {
 		auditErrors: r.NewCounter("moat_audit_errors_total", "Audit events that could not be written."),
 		decisions:   r.NewCounter("moat_policy_decisions_total", "Policy decisions on calls (exec, start, file operations on host paths), by the policy's effect: allow, ask, deny.", "effect"),
 		proxy:       r.NewCounter("moat_proxy_events_total", "Egress proxy events: kind dns (a resolution), connect (a decision on a connection or request), close (a finished one); decision allow, deny or empty.", "kind", "decision"),
+
+		modelRequests:  r.NewCounter("moat_model_requests_total", "Model provider attempts of agent runs, by provider and outcome (\"ok\" or an error class: rate_limited, server_error, timeout, connection, protocol, client_error, canceled, no_provider).", "provider", "outcome"),
+		modelTokens:    r.NewCounter("moat_model_tokens_total", "Model tokens of agent runs, by provider and direction (input, output).", "provider", "direction"),
+		modelLatency:   r.NewHistogram("moat_model_latency_seconds", "Duration of model provider attempts, by provider.", modelLatencyBuckets, "provider"),
+		agentToolCalls: r.NewCounter("moat_agent_tool_calls_total", "Tool calls agents asked for, by tool and the policy's decision (allow, ask, deny; empty: refused before a decision).", "tool", "decision"),
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moat-sandbox/moat/agent/model/modeltest"
 	"github.com/moat-sandbox/moat/api"
 	"github.com/moat-sandbox/moat/audit"
 )
@@ -449,8 +450,19 @@ func eventsOf(t *testing.T, b []byte) []api.Event {
 
 func TestOpenAPIConformance(t *testing.T) {
 	doc := oaLoad(t)
+	// The agent runs' model: a task "block" is held until the test ends.
+	block := make(chan struct{})
+	t.Cleanup(func() { close(block) })
+	models := modeltest.NewOpenAI(t)
+	models.Respond(func(r modeltest.Received) modeltest.Turn {
+		if len(r.Messages) > 0 && r.Messages[0].Text == "block" {
+			return modeltest.Turn{Hold: block}
+		}
+		return modeltest.Turn{Text: "done"}
+	})
 	h := newHarness(t, func(c *Config) {
 		withLayers(t)(c)
+		withProviders(t, []fakeProvider{{"fake", nil, models}})(c)
 		// The unauthenticated subtest sends two bad tokens to every
 		// route: more than a source's burst of failures (TestAuthFlood).
 		c.AuthFailBurst = 1 << 20
@@ -810,6 +822,47 @@ func TestOpenAPIConformance(t *testing.T) {
 	}})
 	rn.call(oaCall{op: api.OpWorkflowResume, vals: hin, body: api.ResumeWorkflow{From: "hold"}})
 	rn.call(oaCall{op: api.OpWorkflowCancel, vals: hin, body: struct{}{}})
+
+	// Agent runs: a run to its end, its events, the listing; a run held
+	// in its model call, for cancel and resume.
+	const agents = "agents:\n  - {name: a, model: m}\n"
+	var arun api.AgentRun
+	rn.call(oaCall{op: api.OpAgentCreate, body: api.CreateAgentRun{Document: agents, Agent: "a", Task: "answer", Labels: map[string]string{"suite": "openapi"}},
+		check: func(t *testing.T, r reply) { r.decode(t, &arun) }})
+	if arun.ID == "" {
+		t.Fatal("no agent run")
+	}
+	ain := map[string]string{"run": arun.ID}
+	rn.call(oaCall{op: api.OpAgentCreate, body: api.CreateAgentRun{Document: "agents:\n  - {name: a, model: m, bogus: 1}\n", Agent: "a", Task: "t"}, want: http.StatusBadRequest})
+	rn.call(oaCall{op: api.OpAgentEvents, vals: ain, query: url.Values{"follow": {"true"}, "after": {"0"}}, check: func(t *testing.T, r reply) {
+		evs := eventsOf(t, r.body)
+		if len(evs) == 0 || evs[len(evs)-1].Agent == nil || evs[len(evs)-1].Agent.Type != api.AgentEvRunSucceeded {
+			t.Errorf("agent events: %s", r.body)
+		}
+	}})
+	rn.call(oaCall{op: api.OpAgentGet, vals: ain, check: func(t *testing.T, r reply) {
+		var got api.AgentRun
+		r.decode(t, &got)
+		if got.State != api.AgentSucceeded || got.Answer != "done" {
+			t.Errorf("agent get: %s", r.body)
+		}
+	}})
+	rn.call(oaCall{op: api.OpAgentGet, vals: ain, token: tokenB, want: http.StatusNotFound})
+	rn.call(oaCall{op: api.OpAgentList, query: url.Values{"state": {"succeeded"}, "limit": {"10"}}})
+	rn.call(oaCall{op: api.OpAgentList, query: url.Values{"state": {"sideways"}}, want: http.StatusBadRequest})
+	rn.call(oaCall{op: api.OpAgentCancel, vals: ain, body: struct{}{}, want: http.StatusConflict})
+	var aheld api.AgentRun
+	rn.call(oaCall{op: api.OpAgentCreate, body: api.CreateAgentRun{Document: agents, Agent: "a", Task: "block"}, check: func(t *testing.T, r reply) { r.decode(t, &aheld) }})
+	ahin := map[string]string{"run": aheld.ID}
+	rn.call(oaCall{op: api.OpAgentCancel, vals: ahin, body: struct{}{}, check: func(t *testing.T, r reply) {
+		var got api.AgentRun
+		r.decode(t, &got)
+		if got.State != api.AgentCancelled {
+			t.Errorf("agent cancel: %s", r.body)
+		}
+	}})
+	rn.call(oaCall{op: api.OpAgentResume, vals: ahin, body: api.ResumeAgentRun{Task: "again"}})
+	rn.call(oaCall{op: api.OpAgentCancel, vals: ahin, body: struct{}{}})
 
 	// Builds: a tar body with the settings in the query, a multipart one
 	// whose source is refused (a build, not an error), a malformed

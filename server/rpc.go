@@ -296,7 +296,7 @@ func (s *Service) rpcRequest(ctx context.Context, raw []byte, out *rpcWriter, c 
 			in.out = &cappedWriter{w: &buf, max: s.cfg.MaxFileBytes, what: "an artifact over JSON-RPC"}
 		}
 	}
-	if op.Name == api.OpApprovalList || op.Name == api.OpWorkflowEvents || op.Name == api.OpBuildLog {
+	if op.Name == api.OpApprovalList || op.Name == api.OpWorkflowEvents || op.Name == api.OpBuildLog || op.Name == api.OpAgentEvents {
 		// A follow ends with the input, as the daemon does (a run may
 		// last for hours).
 		fctx, stop := context.WithCancel(ctx)

@@ -27,6 +27,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moat-sandbox/moat/agent/model"
 	"github.com/moat-sandbox/moat/api"
 	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/build"
@@ -161,6 +162,17 @@ type Config struct {
 	// kept with its log and artifacts (default DefaultBuildRetention).
 	Build          build.Limits
 	BuildRetention time.Duration
+
+	// ModelsFile is an agents file whose providers section is the daemon's
+	// one model client for agent runs (agents.go), made at Start; ""
+	// configures none (agent.create answers 501). ModelOptions are added
+	// to the client's options (tests: model.WithRetry).
+	ModelsFile   string
+	ModelOptions []model.Option
+	// AgentMaxRuns caps a tenant's unfinished agent runs (default
+	// DefaultAgentMaxRuns); AgentMaxTurns the max_turns a run's document
+	// may give (default DefaultAgentMaxTurns).
+	AgentMaxRuns, AgentMaxTurns int
 }
 
 // Caller is who makes a call: the tenant it acts for and the actor (a
@@ -189,6 +201,7 @@ type Service struct {
 	durable   backlog    // records waiting for the data disk (durable.go)
 	activity  activity   // calls in flight, for the pools' refills (idle.go)
 	wf        *workflows // the workflow engine and its backend (workflows.go)
+	ag        *agents    // the agent runner, its model client and backend (agents.go)
 	builds    *builds    // the builds in flight and their directory (builds.go)
 
 	mu        sync.Mutex
@@ -250,6 +263,8 @@ func New(cfg Config) (*Service, error) {
 	}
 	def(&cfg.ApprovalTimeout, DefaultApprovalTimeout)
 	def(&cfg.BuildRetention, DefaultBuildRetention)
+	defInt(&cfg.AgentMaxRuns, DefaultAgentMaxRuns)
+	defInt(&cfg.AgentMaxTurns, DefaultAgentMaxTurns)
 	cfg.Build = cfg.Build.Or(build.Defaults)
 	if cfg.Home == "" {
 		cfg.Home = defaultHome()
@@ -292,6 +307,7 @@ func New(cfg Config) (*Service, error) {
 	if s.builds, err = newBuilds(s); err != nil {
 		return nil, err
 	}
+	s.ag = newAgents(s)
 	return s, nil
 }
 
@@ -337,6 +353,12 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.recoverBuilds(ctx); err != nil {
 		return fmt.Errorf("server: recover builds: %w", err)
 	}
+	// The model client, then the agent runs a previous daemon left in
+	// flight go on (a tool call that was under way is answered to its
+	// model as interrupted, never run twice).
+	if err := s.ag.start(ctx, s); err != nil {
+		return fmt.Errorf("server: agent runs: %w", err)
+	}
 	return nil
 }
 
@@ -348,6 +370,9 @@ func (s *Service) Close(ctx context.Context) error {
 	// First, while sandboxes may still be used and ended: the engine
 	// stops its steps itself and keeps their runs unfinished. Idempotent.
 	s.wf.close(ctx)
+	// The agent runs likewise stop where they are (run.interrupted),
+	// unfinished in the store. Idempotent.
+	s.ag.close()
 	// Then the builds, which delete their sandboxes and record their
 	// end. Idempotent.
 	s.builds.close(ctx)
@@ -522,6 +547,8 @@ func auditRequest(req any) any {
 		return map[string]string{"from": r.From, "to": r.To}
 	case *api.CreateWorkflow, *api.AddWorkflowStep:
 		return workflowAudit(r)
+	case *api.CreateAgentRun, *api.ResumeAgentRun:
+		return agentAudit(r)
 	}
 	return req
 }

@@ -46,6 +46,10 @@ type workflows struct {
 	mu sync.Mutex
 	// budgets are the live budgets the engine made (NewBudget), by id.
 	budgets map[string]*liveBudget
+
+	// agentSteps are the agent steps whose runs are under way
+	// (workflows_agent.go).
+	agentSteps agentSteps
 }
 
 // newWorkflows makes the artifact directory and the engine of s.

@@ -169,6 +169,11 @@ func stepEvent(o engine.Owner, run string, st *api.WorkflowStep) audit.Event {
 		// A build step's build (audited itself as kind "build").
 		res["build"] = st.Attempts[n-1].Build
 	}
+	if n := len(st.Attempts); n > 0 && st.Attempts[n-1].Agent != "" {
+		// An agent step's agent run (its model and tool calls audited
+		// themselves).
+		res["agent"] = st.Attempts[n-1].Agent
+	}
 	ev := audit.Event{Kind: "workflow.step", Tenant: o.Tenant, Actor: o.Actor,
 		Request: mustJSON(map[string]any{"run": run, "step": st.ID, "attempt": st.Attempt}), Result: mustJSON(res),
 		Error: auditText(st.Error)}

@@ -97,6 +97,28 @@ var migrations = [...]string{
 	CREATE INDEX builds_tenant_status_created ON builds (tenant, status, created);
 	CREATE INDEX builds_running ON builds (status) WHERE status = 'running';
 	CREATE INDEX builds_ended ON builds (ended) WHERE ended IS NOT NULL;`,
+
+	// 5: agent runs (agents.go): the runner's whole record of each (the
+	// run, its document, every agent's conversation), as JSON, and their
+	// events, numbered per run.
+	`CREATE TABLE agent_runs (
+		id      TEXT    NOT NULL PRIMARY KEY CHECK (id <> ''),
+		tenant  TEXT    NOT NULL,
+		state   TEXT    NOT NULL CHECK (state <> ''),
+		created INTEGER NOT NULL, -- Unix nanoseconds, UTC
+		updated INTEGER NOT NULL,
+		record  TEXT    NOT NULL  -- JSON
+	) STRICT;
+	CREATE INDEX agent_runs_tenant_created ON agent_runs (tenant, created);
+	CREATE INDEX agent_runs_tenant_state_created ON agent_runs (tenant, state, created);
+	CREATE INDEX agent_runs_unfinished ON agent_runs (state) WHERE state IN ('pending', 'running');
+
+	CREATE TABLE agent_events (
+		run   TEXT    NOT NULL CHECK (run <> ''),
+		seq   INTEGER NOT NULL CHECK (seq > 0),
+		event TEXT    NOT NULL, -- JSON
+		PRIMARY KEY (run, seq)
+	) STRICT, WITHOUT ROWID;`,
 }
 
 // SchemaVersion is the schema version this code writes, stored in the

@@ -240,7 +240,7 @@ func TestWorkflowMigration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, q := range []string{`DROP TABLE builds`, `DROP TABLE workflow_events`, `DROP TABLE workflow_runs`, `PRAGMA user_version = 2`} {
+	for _, q := range []string{`DROP TABLE agent_runs`, `DROP TABLE agent_events`, `DROP TABLE builds`, `DROP TABLE workflow_events`, `DROP TABLE workflow_runs`, `PRAGMA user_version = 2`} {
 		if _, err := db.Exec(q); err != nil {
 			t.Fatal(err)
 		}

@@ -82,6 +82,12 @@ func (b *builder) stepBudget(ix *planIndex, s *PlanStep, src *docStep) {
 			b.errs.add(src.build.line, src.build.col, "build", "a build cannot run inside the budget of group %q (its sandbox is the build's own): put it outside the group", g.ID)
 			return
 		}
+		if s.Kind == KindAgent {
+			// The agent run makes its sandboxes, outside the group's
+			// cgroup, as a build does.
+			b.errs.add(src.agent.line, src.agent.col, "agent", "an agent step cannot run inside the budget of group %q (its sandboxes are its agent run's own): put it outside the group", g.ID)
+			return
+		}
 		for _, x := range over(s.Limits, *g.Budget) {
 			field := "limits." + x.field
 			line, note := src.line, " (from defaults)"

@@ -61,6 +61,9 @@ func (b *builder) stepRefs(ix *planIndex, s *PlanStep, src *docStep) {
 	if src.build != nil && src.build.source != nil && b.badRef(ix, s, *src.build.source, "build.source", false) {
 		s.Build.Source = ""
 	}
+	if src.agent != nil {
+		b.agentRef(s, src)
+	}
 }
 
 // badRef reports (and records) whether r, written in field of s, names
@@ -137,6 +140,8 @@ func (b *builder) links(ix *planIndex, s *PlanStep, src *docStep, isAnc func(x, 
 			b.errs.add(src.from.line, src.from.col, "from", "step %q is not an ancestor of %q (%s does not wait for it)", f.ID, s.ID, s.ID)
 		case f.Kind == KindBuild:
 			b.errs.add(src.from.line, src.from.col, "from", "step %q is a build: it keeps no snapshot to start from (take its outputs as inputs)", f.ID)
+		case f.Kind == KindAgent:
+			b.errs.add(src.from.line, src.from.col, "from", "step %q is an agent step: it keeps no snapshot to start from (take its outputs as inputs)", f.ID)
 		case f.Snapshot == SnapshotNone:
 			b.errs.add(src.from.line, src.from.col, "from", "step %q keeps no snapshot (snapshot: none)", f.ID)
 		}
@@ -166,6 +171,8 @@ func (b *builder) links(ix *planIndex, s *PlanStep, src *docStep, isAnc func(x, 
 	switch g := ix.groups[s.Group]; {
 	case f.Kind == KindBuild:
 		fail("step %q is a build: it has no stdout to read", f.ID)
+	case f.Kind == KindAgent:
+		fail("step %q is an agent step: it has no stdout to read", f.ID)
 	case g == nil || g.Mode == Sequential:
 		fail("step %q is not in a parallel or concurrent group", s.ID)
 	case f.Group != s.Group:

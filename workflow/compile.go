@@ -33,8 +33,8 @@ func Compile(data []byte, opts Options) (*Plan, error) {
 		return nil, errs.err()
 	}
 	r := &reader{errs: errs}
-	doc := r.parseDocument(root)
-	p := &Plan{Name: doc.name, defaults: doc.defaults, children: make(map[string][]string)}
+	doc := r.parseDocument(data, root)
+	p := &Plan{Name: doc.name, defaults: doc.defaults, agents: doc.agents, children: make(map[string][]string)}
 	b := &builder{
 		p:      p,
 		errs:   errs,

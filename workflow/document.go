@@ -17,7 +17,9 @@ import (
 type document struct {
 	name     string
 	defaults *fields
-	items    []*item
+	// agents is the agents section (agent.go); nil when not given.
+	agents *docAgents
+	items  []*item
 }
 
 // item is one entry of a steps list: a step or a group.
@@ -65,6 +67,8 @@ type docStep struct {
 	stdinFrom *ref
 	// build is the step's build (build.go); nil for a run step.
 	build *docBuild
+	// agent is the step's agent (agent.go); nil for other kinds.
+	agent *docAgentStep
 	f     fields
 }
 

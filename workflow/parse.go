@@ -14,8 +14,9 @@ var validID = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 // maxNameLen bounds a document's name.
 const maxNameLen = 256
 
-// parseDocument reads the root node of a document.
-func (r *reader) parseDocument(root *yaml.Node) *document {
+// parseDocument reads the root node of a document (data, the document's
+// text, for the errors of its agents section).
+func (r *reader) parseDocument(data []byte, root *yaml.Node) *document {
 	doc := &document{}
 	var steps *yaml.Node
 	r.mapping(root, "", func(key string, k, v *yaml.Node) {
@@ -35,13 +36,16 @@ func (r *reader) parseDocument(root *yaml.Node) *document {
 					return
 				}
 				switch dk {
-				case "id", "needs", "from", "inputs", "outputs", "stdin_from", "build":
+				case "id", "needs", "from", "inputs", "outputs", "stdin_from", "build", "agent":
 					r.fail(dkn, join(key, dk), "cannot have a default")
 				default:
 					r.fail(dkn, join(key, dk), "unknown field")
 				}
 			})
 			r.command(doc.defaults, key, v)
+		case "agents":
+			doc.agents = r.agents(k, v)
+			r.checkAgents(doc.agents, data, root, k)
 		case "steps":
 			steps = v
 			doc.items = r.items(v, key)
@@ -176,12 +180,18 @@ func (r *reader) step(n *yaml.Node) *docStep {
 			s.outputs = r.outputs(v, key)
 		case "build":
 			s.build = r.build(k, v, key)
+		case "agent":
+			s.agent = r.agentStep(k, v, key)
 		default:
 			r.fail(k, key, "unknown field")
 		}
 	})
 	r.command(&s.f, "", n)
-	if s.build != nil {
+	switch {
+	case s.agent != nil:
+		r.agentOnly(s, keys)
+		s.build = nil
+	case s.build != nil:
 		r.buildOnly(s, keys)
 	}
 	return s

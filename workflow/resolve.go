@@ -11,7 +11,8 @@ import (
 // resolve returns s with the defaults d (nil: none) applied: a field the
 // step gives wins, env is merged by key, limits and retry field by field.
 // A step with no command of its own or from d is an error. A build step
-// takes only retry and priority from d (resolveBuild).
+// takes only retry and priority from d (resolveBuild), so does an agent
+// step (resolveAgent).
 func resolve(s *docStep, d *fields, errs *errList) Step {
 	if d == nil {
 		d = &fields{}
@@ -41,6 +42,14 @@ func resolve(s *docStep, d *fields, errs *errList) Step {
 	if s.build != nil {
 		st = Step{ID: st.ID, Priority: st.Priority, Retry: st.Retry, Line: st.Line}
 		resolveBuild(&st, s.build, errs)
+		for _, n := range s.needs {
+			st.Needs = append(st.Needs, n.id)
+		}
+		return st
+	}
+	if s.agent != nil {
+		st = Step{ID: st.ID, Priority: st.Priority, Retry: st.Retry, Line: st.Line}
+		resolveAgent(&st, s)
 		for _, n := range s.needs {
 			st.Needs = append(st.Needs, n.id)
 		}

@@ -1,8 +1,9 @@
 // Package workflow is moat's workflow document: the YAML (or JSON) file that
 // describes a DAG of sandboxed steps, its parsing with line-numbered
 // errors, its validation, and the Plan the engine (workflow/engine) runs.
-// It imports only api, build (build.CheckSettings) and sandbox of moat and
-// does no I/O.
+// It imports only agent (agent.Compile, which checks the agents of agent
+// steps), api, build (build.CheckSettings) and sandbox of moat and does no
+// I/O.
 package workflow
 
 import (
@@ -50,8 +51,8 @@ const (
 	FromScratch = "scratch"
 )
 
-// Kinds of steps (Step.Kind): KindRun, KindBuild (build.go). A later
-// issue adds "agent".
+// Kinds of steps (Step.Kind): KindRun, KindBuild (build.go), KindAgent
+// (agent.go).
 const (
 	KindRun = "run" // run (argv) or sh (a /bin/sh -c string)
 )
@@ -100,6 +101,10 @@ type Step struct {
 	// settings, Outputs are its outputs below /src (absolute) and
 	// Snapshot is SnapshotNone.
 	Build *Build
+	// Agent is the agent run of an agent step (Kind KindAgent; nil for
+	// other kinds). Timeout, Inputs and Outputs are then the step's,
+	// Snapshot is SnapshotNone, and the other fields are empty.
+	Agent *Agent
 	Line  int
 }
 
@@ -140,6 +145,9 @@ type Plan struct {
 	// defaults are the document's defaults, which AddStep applies too
 	// (nil: none).
 	defaults *fields
+	// agents is the document's agents section, which the agent steps
+	// AddStep adds take theirs from too (nil: none).
+	agents *docAgents
 	// children are the ids of each group's steps and groups in document
 	// order ("" is the top level); the order of sequential groups.
 	children map[string][]string

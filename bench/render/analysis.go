@@ -103,6 +103,7 @@ const (
 	gDaemon
 	gWorkflow
 	gBuild
+	gAgent
 	gPolicy
 )
 

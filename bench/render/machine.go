@@ -284,7 +284,7 @@ func peerTable(in *Inputs, a *analysis) *table {
 		switch p.startup {
 		case "moat":
 			var where []string
-			for _, b := range []string{"startup", "syscall", "netproxy", "controlplane", "daemon", "rootfs", "density", "workflow", "build"} {
+			for _, b := range []string{"startup", "syscall", "netproxy", "controlplane", "daemon", "rootfs", "density", "workflow", "build", "agent"} {
 				if in.Present(b) {
 					where = append(where, b)
 				}

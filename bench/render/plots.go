@@ -28,7 +28,7 @@ type Plot interface {
 // one of these names that a run does not draw is removed from the plots
 // directory, so no stale figure stays beside the report.
 func KnownPlots() []string {
-	return []string{"startup", "tti", "rootfs", "scaling", "memory", "workflow", "build"}
+	return []string{"startup", "tti", "rootfs", "scaling", "memory", "workflow", "build", "agent"}
 }
 
 type plotSet struct{ items []Plot }

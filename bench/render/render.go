@@ -47,6 +47,7 @@ type Inputs struct {
 	Density      *schema.Density
 	Workflow     *schema.Workflow
 	Build        *schema.Build
+	Agent        *schema.Agent
 	// Written is each results file's modification time, by kind; a kind
 	// without one has "file written" left blank.
 	Written map[string]time.Time
@@ -76,6 +77,8 @@ func (in *Inputs) Set(r schema.Result) error {
 		in.Workflow = f
 	case *schema.Build:
 		in.Build = f
+	case *schema.Agent:
+		in.Agent = f
 	default:
 		return fmt.Errorf("%w: %T", schema.ErrKind, r)
 	}
@@ -125,6 +128,10 @@ func (in *Inputs) Get(name string) schema.Result {
 	case "build":
 		if in.Build != nil {
 			return in.Build
+		}
+	case "agent":
+		if in.Agent != nil {
+			return in.Agent
 		}
 	}
 	return nil
@@ -195,6 +202,7 @@ func document(in *Inputs, o Options) (*Doc, *analysis, error) {
 		densitySection(in, a, plots),
 		workflowSection(in, a, plots),
 		buildSection(in, a, plots),
+		agentSection(in, a, plots),
 		syscallSection(in, a),
 		netproxySection(in, a),
 		policySection(in, a),

@@ -38,6 +38,7 @@ var headings = map[string]string{
 	"density":      "## Density and scaling (`bench/density`)",
 	"workflow":     "## Workflows (`bench/workflow`)",
 	"build":        "## Sandboxed builds (`bench/build`)",
+	"agent":        "## Agent runs (`bench/agent`)",
 }
 
 // The markdown of one benchmark's results, as the benchmark writes it:
@@ -56,6 +57,7 @@ func TestMarkdownEveryKind(t *testing.T) {
 		"density":      {"live idle sandboxes held at once", "Projection", "- Daemon: SIGTERM"},
 		"workflow":     {"| `chain-light` |", "**Chain**", "**Retry**", "**Budget fairness**", "step.started → step.sandbox"},
 		"build":        {"| `sandbox` |", "**Overhead**", "1.04× (+3.6%", "**Fixed cost**", "Both builds made the same program", "delete is 71.00 ms"},
+		"agent":        {"| `tool-call` |", "**Tool-call overhead**", "2.74× (4.617 ms more)", "**Concurrency**", "p99 3.40× the p50", "at most 4 requests in flight"},
 	}
 	for _, kind := range schema.Kinds() {
 		t.Run(kind, func(t *testing.T) {

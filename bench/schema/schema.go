@@ -124,6 +124,7 @@ var kinds = []kind{
 	{"density", func() Result { return new(Density) }},
 	{"workflow", func() Result { return new(Workflow) }},
 	{"build", func() Result { return new(Build) }},
+	{"agent", func() Result { return new(Agent) }},
 }
 
 // Kinds returns the name of every kind, in the order bench/run.sh runs

@@ -78,6 +78,8 @@ func groupSubcommands(name string) []*command {
 		return approvalsSubcommands(sio)
 	case "workflow":
 		return workflowSubcommands(sio)
+	case "agent":
+		return agentSubcommands(sio)
 	case "policy":
 		return []*command{
 			{name: "check", short: "Validate policy files"},

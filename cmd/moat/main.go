@@ -79,7 +79,7 @@ func (u *usage) Unwrap() error { return errUsage }
 func commands() []*command {
 	run := runCommand()
 	run.flagsFirst = true // moat run echo -n hi: -n is echo's
-	return []*command{run, serveCommand(), sandboxCommand(), snapshotCommand(), templateCommand(), workflowCommand(), buildCommand(), approvalsCommand(), auditCommand(), policyCommand(), doctorCommand(), completionCommand(), versionCommand()}
+	return []*command{run, serveCommand(), sandboxCommand(), snapshotCommand(), templateCommand(), workflowCommand(), buildCommand(), agentCommand(), approvalsCommand(), auditCommand(), policyCommand(), doctorCommand(), completionCommand(), versionCommand()}
 }
 
 const rootHelp = `moat runs untrusted commands (an AI agent's shell commands, code, builds)

@@ -50,6 +50,7 @@ type serveFlags struct {
 	logStderr      bool
 	store          string
 	runtime        string
+	models         string
 
 	home            string
 	policyManaged   string
@@ -116,6 +117,14 @@ a spawner, the moat binary re-executed once at start ("moat
 __moat_spawner" in ps), so that creating a sandbox costs the same however
 many the daemon holds; it dies with the daemon, and its sandboxes with it.
 
+Agent runs (moat agent, POST /v1/agents/runs) call models through one
+model client, made of the providers section of an agents file: --models
+FILE, else the config's [agent] models_file (without either, agent runs
+are refused). The API keys those providers name are read by the daemon
+alone. A document sent to the daemon names no providers of its own,
+unless its section is the daemon's (moat agent run's private daemon,
+started with --models on the same file).
+
 Endpoints: /v1/... (see docs/API.md and docs/openapi.json), /healthz,
 /readyz, /metrics (Prometheus text format).
 
@@ -137,6 +146,7 @@ func serveCommand() *command {
 			fl.StringVar(&f.config, "config", "", "operator config `FILE` with default limits (default $MOAT_CONFIG or "+config.DefaultPath+")")
 			fl.StringVar(&f.store, "store", "", "template and snapshot store `DIR` (default the config's [store] dir, else "+templates.DefaultDir+")")
 			fl.StringVar(&f.runtime, "runtime", "", runtimeFlagUsage())
+			fl.StringVar(&f.models, "models", "", "agents `FILE` whose providers section is the model client of agent runs (default: the config's [agent] models_file)")
 			fl.BoolVar(&f.allowHostPaths, "allow-host-paths", false, "let HTTP callers bind host directories (always on with --stdio)")
 			fl.DurationVar(&f.timeout, "default-timeout", server.DefaultTimeout, "maximum age of a sandbox created without timeout_ms")
 			fl.DurationVar(&f.idleTimeout, "idle-timeout", server.DefaultIdleTimeout, "idle timeout of a sandbox created without idle_timeout_ms")
@@ -306,6 +316,12 @@ func runServe(ctx context.Context, f *serveFlags, args []string) error {
 	if err != nil {
 		return err
 	}
+	modelsFile := defaults.Agent.ModelsFile
+	if f.models != "" {
+		if modelsFile, err = filepath.Abs(f.models); err != nil {
+			return err
+		}
+	}
 	svc, err := server.New(server.Config{
 		Runtime: rt, Store: st, Tape: tape, Logger: log,
 		AllowHostPaths: f.allowHostPaths || f.stdio,
@@ -321,6 +337,7 @@ func runServe(ctx context.Context, f *serveFlags, args []string) error {
 		OutputDir: filepath.Join(absData, "output"), TenantOutputDisk: defaults.Output.TenantDiskQuota,
 		OutputRetention: defaults.Output.Retention,
 		Build:           defaults.Build, BuildRetention: defaults.BuildRetention,
+		ModelsFile: modelsFile, AgentMaxRuns: defaults.Agent.MaxRuns, AgentMaxTurns: defaults.Agent.MaxTurns,
 	})
 	if err != nil {
 		return err

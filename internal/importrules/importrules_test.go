@@ -77,6 +77,16 @@ var rules = []rule{
 		why:  "workflows are scheduled through the engine's Backend and Journal interfaces, which the server implements: the document and the scheduler link no runtime, store, policy or server",
 	},
 	{
+		from: []string{"agent/model/..."},
+		not:  append([]string{"agent", "api", "sandbox", "client", "admit", "workflow/...", "build", "metrics", "internal/..."}, engines...),
+		why:  "the model client is a leaf: it links the model SDKs and nothing of moat (the runner, the server and the daemon's config use it, never the reverse)",
+	},
+	{
+		from: []string{"agent"},
+		not:  append([]string{"client", "admit", "workflow/...", "build", "metrics", "output", "internal/..."}, engines...),
+		why:  "the agent runner calls the daemon through its Backend and Journal interfaces, which the server implements: it links api, sandbox and agent/model of moat, never a runtime, the store, the policy or the server",
+	},
+	{
 		from: []string{"build"},
 		not:  append([]string{"admit", "client", "workflow/...", "metrics", "output", "display", "internal/..."}, engines...),
 		why:  "package build (source check, settings, log) imports only api, sandbox and fstree of moat: the server drives it, and it stays testable alone",
@@ -252,6 +262,8 @@ func TestRulesCatch(t *testing.T) {
 	add(m("workflow"), "api")
 	add(m("store"))
 	add(m("build"), "api", "fstree", "store")
+	add(m("agent/model"), "agent")
+	add(m("agent"))
 	add(&pkg{ImportPath: "mvdan.cc/sh/v3/syntax", Module: &struct{ Path string }{"mvdan.cc/sh/v3"}})
 	add(&pkg{ImportPath: "github.com/google/go-containerregistry/pkg/v1", Module: &struct{ Path string }{"github.com/google/go-containerregistry"}})
 	// Deps are transitive.
@@ -291,6 +303,7 @@ func TestRulesCatch(t *testing.T) {
 		module + "/build depends on " + module + "/store",
 		module + "/build depends on " + module + "/fstree/oci",
 		module + "/build depends on github.com/google/go-containerregistry/pkg/v1",
+		module + "/agent/model depends on " + module + "/agent",
 	}
 	for _, w := range want {
 		if !slices.ContainsFunc(got, func(s string) bool { return strings.HasPrefix(s, w+" (") }) {

@@ -54,6 +54,11 @@ type spec struct {
 	// build is the build of a build step's attempt (build.go), which
 	// then has no create and no exec; nil for a run step.
 	build *BuildRequest
+	// agent is the agent run of an agent step's attempt (agent.go),
+	// which then has no create and no exec, and timeout bounds it; nil
+	// for other steps.
+	agent   *AgentRequest
+	timeout time.Duration
 	// err, when set, fails the attempt before it makes a sandbox (a
 	// precondition the scheduler could not check).
 	err error
@@ -73,6 +78,8 @@ type outcome struct {
 	budget  *budgetSlot
 	// build is the build a build step's attempt ran ("" for none).
 	build string
+	// agent is the agent run an agent step's attempt ran ("" for none).
+	agent string
 }
 
 // start begins the next attempt of a ready step: it records the attempt
@@ -116,6 +123,9 @@ func (r *run) start(rt *stepRT, now time.Time) {
 	if ps.Build != nil {
 		msg = buildFrom(ps.Build)
 	}
+	if ps.Agent != nil {
+		msg = agentFrom(ps.Agent)
+	}
 	r.emit(api.WorkflowEvent{
 		Type: api.WfStepStarted, Step: ps.ID, Group: ps.Group, Attempt: n,
 		Snapshot: startSnap, Message: fmt.Sprintf("attempt %d from %s", n, msg),
@@ -143,6 +153,10 @@ func (r *run) spec(ps *workflow.PlanStep, n int, startSnap string) *spec {
 	labels[LabelAttempt] = strconv.Itoa(n)
 	if ps.Build != nil {
 		r.buildSpec(sp, ps, labels)
+		return sp
+	}
+	if ps.Agent != nil {
+		r.agentSpec(sp, ps, labels)
 		return sp
 	}
 	limits := ps.Limits
@@ -289,6 +303,9 @@ func (r *run) execute(ctx context.Context, sp *spec) (out outcome) {
 	o := r.rec.Owner // never changes once the run exists
 	if sp.build != nil {
 		return r.executeBuild(ctx, o, sp)
+	}
+	if sp.agent != nil {
+		return r.executeAgent(ctx, o, sp)
 	}
 	if sp.stdout != nil {
 		if err := sp.stdout.create(); err != nil {
@@ -531,6 +548,9 @@ func (r *run) report(sp *spec, out outcome) {
 	a.Ended = &now
 	a.Result = out.result
 	a.Build = out.build
+	if out.agent != "" {
+		a.Agent = out.agent
+	}
 	st.Result = out.result
 	switch {
 	case out.ok:
@@ -566,6 +586,8 @@ func (r *run) report(sp *spec, out outcome) {
 		switch {
 		case rt.ps.Build != nil:
 			how = "as a new build"
+		case rt.ps.Agent != nil:
+			how = "as a new agent run"
 		case rt.ps.From == "":
 			how = "in a fresh sandbox"
 		}

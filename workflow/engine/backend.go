@@ -3,9 +3,10 @@
 // parallel groups under a semaphore and a budget, concurrent groups by
 // priority), retries failed steps from the snapshot they started from,
 // streams one step's stdout into another's stdin, passes outputs as
-// read-only inputs, and journals every transition so that a run survives
-// a restart of its daemon. It imports api, sandbox and workflow of moat;
-// the server implements Backend and Journal.
+// read-only inputs, runs build and agent steps through the Backend's
+// optional Builder and Agenter, and journals every transition so that a
+// run survives a restart of its daemon. It imports api, sandbox and
+// workflow of moat; the server implements Backend and Journal.
 package engine
 
 import (
@@ -154,4 +155,42 @@ type CreateExecer interface {
 	// and the caller deletes the sandbox; a create refused for room
 	// returns no id and an error wrapping ErrCapacity, and made nothing.
 	CreateExec(ctx context.Context, o Owner, c CreateRequest, x ExecRequest, created func(sandboxID string)) (sandboxID string, res *sandbox.Result, err error)
+}
+
+// Agenter is a Backend that runs agent runs. The engine runs an agent
+// step's attempts through it; on a Backend without it those attempts
+// fail.
+type Agenter interface {
+	// Agent starts one agent run as an agent.create of the owner's would
+	// and waits for its end; ctx ending first cancels the run (its end
+	// still awaited, boundedly). req.Inputs are bound read-only into the
+	// sandboxes the run makes for its first agent; with req.Keep that
+	// agent's long-lived sandbox is not deleted at the run's end but
+	// named in the answer's first AgentState (Agents[0].Sandbox) for the
+	// engine, which collects the step's outputs from it and deletes it.
+	// It returns the run's record whatever its state (a failed run is no
+	// error); an error means the run could not be made or awaited (a
+	// run refused for room returns an error wrapping ErrCapacity and
+	// made nothing, and the engine tries again).
+	Agent(ctx context.Context, o Owner, req AgentRequest) (*api.AgentRun, error)
+}
+
+// AgentRequest is the agent run of an agent step's attempt.
+type AgentRequest struct {
+	// Run is the agent.create: the agents document, the agent, the task
+	// and the attempt's labels (LabelRun, LabelStep, LabelAttempt), which
+	// the run gives its sandboxes.
+	Run api.CreateAgentRun
+	// Inputs are host directories (artifact directories of earlier
+	// steps, owned by the engine) bound read-only at their targets.
+	Inputs []sandbox.Bind
+	// Keep asks for the agent's sandbox to be kept for the outputs.
+	Keep bool
+	// Previous is the agent run of the step's attempt before this one
+	// when that attempt was interrupted by a stop of the daemon ("" for
+	// none): it may still run, and is cancelled first.
+	Previous string
+	// Started, when not nil, is called once with the run's id as soon as
+	// the run exists, before Agent returns.
+	Started func(run string)
 }

@@ -412,6 +412,7 @@ var openapiTags = []struct{ name, desc string }{
 	{"approvals", "Calls that a policy's ask rule holds until a person answers: list and follow them (any token of the tenant), answer them (approver tokens)."},
 	{"build", "Sandboxed builds of untrusted source: a source package (a tar) checked and normalized, built by a command in a sandbox of a toolchain template, its outputs collected as artifacts by sha256."},
 	{"workflow", "Workflow runs: DAGs of sandboxed steps (sequential chains retried from snapshots, parallel groups under a budget, concurrent groups by priority), kept in the store across daemon restarts."},
+	{"agent", "Agent runs: an agent of an agents document works on a task, its model calls made by the daemon's one model client, every tool call an API call of the run's owner in the agent's sandbox; kept in the store across daemon restarts."},
 	{"health", "Liveness, readiness and metrics (no token)."},
 }
 
@@ -643,7 +644,7 @@ func opStatuses(op api.Op) []int {
 	}
 	if slices.Contains(params, "run") {
 		add(404)
-		if op.Name != api.OpWorkflowGet && op.Name != api.OpWorkflowEvents {
+		if op.Name != api.OpWorkflowGet && op.Name != api.OpWorkflowEvents && op.Name != api.OpAgentGet && op.Name != api.OpAgentEvents {
 			add(409) // conflict: the run's state does not allow the call
 		}
 	}
@@ -656,7 +657,7 @@ func opStatuses(op api.Op) []int {
 	switch op.Name {
 	case api.OpSandboxCreate, api.OpExec, api.OpStart, api.OpStdin, api.OpFileWrite, api.OpFileMkdir, api.OpFileRemove, api.OpFileMove, api.OpFileUpload,
 		api.OpSnapshotCreate, api.OpSnapshotFork, api.OpSandboxRestore, api.OpSandboxNetwork,
-		api.OpWorkflowCreate, api.OpWorkflowResume, api.OpWorkflowAdd:
+		api.OpWorkflowCreate, api.OpWorkflowResume, api.OpWorkflowAdd, api.OpAgentCreate, api.OpAgentResume:
 		// New work: insufficient_storage while the daemon's data disk is
 		// full (refused before it runs; or, for exec and start, ran but not
 		// yet recorded: the error's result holds what it answered).
@@ -692,6 +693,12 @@ func opStatuses(op api.Op) []int {
 		add(413, 415, 429, 501, 503, 507)
 	case api.OpBuildGet, api.OpBuildLog, api.OpBuildArtifact, api.OpBuildDelete:
 		add(404)
+	case api.OpAgentCreate, api.OpAgentResume:
+		// 429: the tenant's unfinished runs at the daemon's max_runs;
+		// 501: no model providers configured; 503: stopping.
+		add(429, 501, 503)
+	case api.OpAgentCancel:
+		add(503)
 	}
 	var out []int
 	for s := range set {
@@ -788,6 +795,8 @@ func (g *openapiGen) operation(op api.Op) (object, error) {
 			desc = "The artifact's sha256, 64 hex digits (artifacts[].sha256)."
 		case p == "id":
 			desc = "The approval's id (ap_...)."
+		case p == "run" && tag == "agent":
+			desc = "The agent run's id (ag-...)."
 		case p == "run":
 			desc = "The workflow run's id (wf-...)."
 		}
@@ -860,7 +869,7 @@ func (g *openapiGen) operation(op api.Op) (object, error) {
 	}
 
 	status, statusDesc := "200", "OK."
-	if op.Name == api.OpSandboxCreate || op.Name == api.OpStart || op.Name == api.OpWorkflowCreate || op.Name == api.OpBuildCreate {
+	if op.Name == api.OpSandboxCreate || op.Name == api.OpStart || op.Name == api.OpWorkflowCreate || op.Name == api.OpBuildCreate || op.Name == api.OpAgentCreate {
 		status, statusDesc = "201", "Created."
 	}
 	ndjson := object{{"application/x-ndjson", object{{"schema", ref("Event")}}}}
@@ -919,7 +928,7 @@ var enums = map[string][]string{
 	"Sandbox.end_reason":  {api.EndDeleted, api.EndIdle, api.EndTimeout, api.EndLost, api.EndExited, api.EndShutdown},
 	"ListSandboxes.state": {api.StateRunning, api.StateStopped},
 	"Process.state":       {api.ProcRunning, api.ProcExited},
-	"Event.type":          {api.EventSandbox, api.EventStdout, api.EventStderr, api.EventExit, api.EventError, api.EventLost, api.EventApproval, api.EventWorkflow},
+	"Event.type":          {api.EventSandbox, api.EventStdout, api.EventStderr, api.EventExit, api.EventError, api.EventLost, api.EventApproval, api.EventWorkflow, api.EventAgent},
 	"Error.code":          errorCodes,
 	"Result.exit_reason": {string(sandbox.ReasonExited), string(sandbox.ReasonSignaled), string(sandbox.ReasonTimeout),
 		string(sandbox.ReasonSandboxTimeout), string(sandbox.ReasonOOM), string(sandbox.ReasonKilled), string(sandbox.ReasonSetupError)},
@@ -946,7 +955,12 @@ var enums = map[string][]string{
 	"Build.reason": {api.ReasonSourceTooManyFiles, api.ReasonSourceFileTooLarge, api.ReasonSourceTooLarge, api.ReasonSourceBadPath,
 		api.ReasonSourceBadType, api.ReasonSourceUnreadable, api.ReasonPolicyDenied, api.ReasonTimeout, api.ReasonOOM,
 		api.ReasonCompileFailed, api.ReasonOutputMissing, api.ReasonOutputTooLarge, api.ReasonInterrupted, api.ReasonSetupFailed},
-	"CreateBuild.net": {"none", "proxy"},
+	"CreateBuild.net":     {"none", "proxy"},
+	"AgentRun.state":      agentRunStates,
+	"ListAgentRuns.state": agentRunStates,
+	"AgentEvent.type": {api.AgentEvRunStarted, api.AgentEvRunResumed, api.AgentEvRunSucceeded, api.AgentEvRunFailed, api.AgentEvRunCancelled,
+		api.AgentEvRunInterrupted, api.AgentEvModelRequest, api.AgentEvModelResponse, api.AgentEvModelError, api.AgentEvToolCall,
+		api.AgentEvToolResult, api.AgentEvHandoff, api.AgentEvHandoffResult, api.AgentEvMessage},
 	"WorkflowEvent.type": {api.WfRunStarted, api.WfRunResumed, api.WfRunSucceeded, api.WfRunFailed, api.WfRunCancelled, api.WfRunInterrupted,
 		api.WfStepAdded, api.WfStepStarted, api.WfStepSandbox, api.WfStepRetrying, api.WfStepSnapshot, api.WfStepArtifacts,
 		api.WfStepSucceeded, api.WfStepFailed, api.WfStepSkipped, api.WfStepCancelled, api.WfGroupBudget},
@@ -958,6 +972,9 @@ var (
 	workflowRunStates  = []string{api.RunPending, api.RunRunning, api.RunSucceeded, api.RunFailed, api.RunCancelled}
 	workflowStepStates = []string{api.StepPending, api.StepRunning, api.StepRetrying, api.StepSucceeded, api.StepFailed, api.StepSkipped, api.StepCancelled}
 )
+
+// agentRunStates are the states of an agent run.
+var agentRunStates = []string{api.AgentPending, api.AgentRunning, api.AgentSucceeded, api.AgentFailed, api.AgentCancelled}
 
 // buildStates are the states of a build.
 var buildStates = []string{api.BuildRunning, api.BuildSucceeded, api.BuildRefused, api.BuildFailed, api.BuildTimeout}
@@ -1035,6 +1052,17 @@ var typeDocs = map[string]string{
 	"BuildList":        "The answer of build.list, newest first.",
 	"BuildLogRequest":  "The parameters of build.log.",
 	"BuildArtifactRef": "Names an artifact of a build by its sha256 (build.artifact).",
+	"CreateAgentRun":   "The body of agent.create: an agents document (YAML; JSON accepted) as text, the agent to run and its task.",
+	"AgentRun":         "An agent run: its state, its agents (each with its conversation's length, sandbox, usage and tool calls), its turns, usage and final answer.",
+	"AgentUsage":       "What model calls cost, in tokens.",
+	"AgentState":       "One agent of a run, with its own persistent conversation and sandbox.",
+	"AgentEvent":       "One event of an agent run (the agent field of an Event of type agent). Seq numbers the run's events from 1; a reader resumes with after = the last seq it saw.",
+	"AgentToolCall":    "One tool call the model asked for: the policy's decision and, once it ran, the result the model got (a refusal or failure in error, given to the model as a tool error).",
+	"AgentRunRef":      "Names an agent run (agent.get, agent.cancel).",
+	"ListAgentRuns":    "The parameters of agent.list.",
+	"AgentRunList":     "The answer of agent.list, newest first.",
+	"AgentEvents":      "The parameters of agent.events.",
+	"ResumeAgentRun":   "The body of agent.resume.",
 }
 
 // fieldDocs describe fields, by "Component.field".
@@ -1258,7 +1286,14 @@ var opDocs = map[string]string{
 	api.OpBuildLog:      "Events carry the log's bytes (text, or data in base64) as stdout events from offset; with follow=true the stream ends when the build ends. Over JSON-RPC the events are process.event notifications and the result is the build as it is at the end.",
 	api.OpBuildArtifact: "application/octet-stream, the ETag the digest. A digest the build has no artifact of is 404. Over JSON-RPC the result is a FileContent with the bytes in content, base64 (at most the server's max file bytes).",
 	api.OpBuildDelete:   "Answers with the build as it was last; its log and artifacts are removed.",
-	api.OpWorkflowAdd:   "The step joins the group's priority queue. An invalid step, or a group that is not concurrent, is 400 (with the step's lines); a group the run does not have 404; a group that has ended, or a run that is not running, 409.",
+	api.OpAgentCreate: "The document is compiled whole first: an invalid one is 400 invalid_argument with a line per problem. It names no model providers: the daemon's own serve it (its --models file), and a providers section is 400 unless it is the daemon's own. " +
+		"A daemon without providers answers 501 unimplemented; a tenant with [agent] max_runs runs unfinished 429. Every tool call is a call of the caller's tenant (sandbox.create, process.exec, file.write…, judged by the sandbox's policy, audited under the caller's actor); each model call is audited as model.call and the run's end as agent.run.",
+	api.OpAgentList:   "Only the caller's tenant's runs.",
+	api.OpAgentGet:    "Another tenant's run is 404.",
+	api.OpAgentEvents: "Events are Event objects of type agent, their agent field the run's event. With follow=true the stream ends when the run ends. Over JSON-RPC the events are process.event notifications and the result is the run as it is at the end.",
+	api.OpAgentCancel: "Stops the run's model and tool calls and deletes its sandboxes; answers the run, cancelled. A run that has ended is 409 conflict.",
+	api.OpAgentResume: "An ended or interrupted run goes on with its conversations: with task as a new message to its agent, or without, from where it stopped. A running run is 409 conflict.",
+	api.OpWorkflowAdd: "The step joins the group's priority queue. An invalid step, or a group that is not concurrent, is 400 (with the step's lines); a group the run does not have 404; a group that has ended, or a run that is not running, 409.",
 }
 
 const infoDescription = `The HTTP API of ` + "`moat serve`" + `: long-lived Linux sandboxes, their processes and files, for many tenants.
@@ -1266,7 +1301,7 @@ The human reference is docs/API.md.
 
 **Authentication.** Every /v1 operation needs ` + "`Authorization: Bearer <token>`" + `. Tokens are listed in ` + "`<data>/tokens`" + `, one "TENANT TOKEN" per line, and reloaded on SIGHUP; the token decides the tenant. A tenant sees only its own sandboxes: another tenant's sandbox is 404. /healthz, /readyz and /metrics need no token.
 
-**Binding.** Path parameters and the query string fill the request's fields of the same json names; a JSON body (at most 1 MiB, Content-Type application/json) fills the rest. Unknown body fields and unknown query parameters are refused with 400. Raw bodies (file.write, file.upload) are capped by the server's max file bytes (64 MiB by default); build.create's by 2 × the build's max_total_bytes + 64 MiB. Requests are limited to 5 minutes, except process.exec, process.wait, process.output, workflow.events, build.create, build.get and build.log.
+**Binding.** Path parameters and the query string fill the request's fields of the same json names; a JSON body (at most 1 MiB, Content-Type application/json) fills the rest. Unknown body fields and unknown query parameters are refused with 400. Raw bodies (file.write, file.upload) are capped by the server's max file bytes (64 MiB by default); build.create's by 2 × the build's max_total_bytes + 64 MiB. Requests are limited to 5 minutes, except process.exec, process.wait, process.output, workflow.events, agent.events, build.create, build.get and build.log.
 
 **Roles.** A token line may end with a role: "TENANT TOKEN approver". Only approver tokens may answer approvals (approvals.answer); the daemon writes one for tenant default to ` + "`<data>/approver-token`" + ` on first start. Give agents the other tokens.
 
@@ -1274,7 +1309,7 @@ The human reference is docs/API.md.
 
 **Errors.** Every error is an Error object (code, message, errno for file_error; rule, source, approval for policy_denied) with the HTTP status of its code. An error after a stream has begun arrives as its last event (type error).
 
-**JSON-RPC 2.0 over stdio** (` + "`moat serve --stdio`" + `): one JSON value per line in each direction, no token (the caller is the local user). The method is the operationId (x-jsonrpc.method), the params are the request body with the path fields included (x-jsonrpc.params: e.g. {"sandbox": "…", "process": 3}), and the result is the answer (x-jsonrpc.result). Raw bodies travel base64-encoded in a "content" field: file.write and file.upload take a WriteFile, build.create a CreateBuild, file.read, file.download and build.artifact return a FileContent. Stream events (process.exec with stream=true, process.output, workflow.events, build.log) arrive before the response as notifications {"jsonrpc": "2.0", "method": "process.event", "params": {"id": <request id>, "event": Event}}. A failed call is a JSON-RPC error with code -32602 for invalid_argument, -32603 for internal and -32000 for every other error, its data the Error object; -32700 (not JSON), -32600 (JSON that is not a Request object, answered with its id when the id can be read), -32601 and -32602 keep their standard meanings. Requests run concurrently and may be answered out of order; batches are accepted. The notification {"jsonrpc": "2.0", "method": "` + api.RPCCancel + `", "params": {"id": <request id>}} cancels a request in flight (a cancelled process.exec kills its process).`
+**JSON-RPC 2.0 over stdio** (` + "`moat serve --stdio`" + `): one JSON value per line in each direction, no token (the caller is the local user). The method is the operationId (x-jsonrpc.method), the params are the request body with the path fields included (x-jsonrpc.params: e.g. {"sandbox": "…", "process": 3}), and the result is the answer (x-jsonrpc.result). Raw bodies travel base64-encoded in a "content" field: file.write and file.upload take a WriteFile, build.create a CreateBuild, file.read, file.download and build.artifact return a FileContent. Stream events (process.exec with stream=true, process.output, workflow.events, agent.events, build.log) arrive before the response as notifications {"jsonrpc": "2.0", "method": "process.event", "params": {"id": <request id>, "event": Event}}. A failed call is a JSON-RPC error with code -32602 for invalid_argument, -32603 for internal and -32000 for every other error, its data the Error object; -32700 (not JSON), -32600 (JSON that is not a Request object, answered with its id when the id can be read), -32601 and -32602 keep their standard meanings. Requests run concurrently and may be answered out of order; batches are accepted. The notification {"jsonrpc": "2.0", "method": "` + api.RPCCancel + `", "params": {"id": <request id>}} cancels a request in flight (a cancelled process.exec kills its process).`
 
 // buildRequestBody is the body of build.create: a tar (the settings in
 // the query string), or multipart/form-data with a JSON part settings

@@ -267,7 +267,7 @@ func checkOpShape(t *testing.T, doc map[string]any, op api.Op, o map[string]any)
 	}
 	responses := o["responses"].(map[string]any)
 	ok := "200"
-	if op.Name == api.OpSandboxCreate || op.Name == api.OpStart || op.Name == api.OpWorkflowCreate || op.Name == api.OpBuildCreate {
+	if op.Name == api.OpSandboxCreate || op.Name == api.OpStart || op.Name == api.OpWorkflowCreate || op.Name == api.OpBuildCreate || op.Name == api.OpAgentCreate {
 		ok = "201"
 	}
 	success, _ := responses[ok].(map[string]any)
