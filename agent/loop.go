@@ -72,18 +72,29 @@ func answered(conv []model.Message) (model.Message, bool) {
 	return m, m.Role == model.RoleAssistant && len(m.ToolCalls) == 0
 }
 
-// normalize makes a model's message fit the conversation: the assistant's
-// role, every tool call with an id of its own and JSON arguments (text
-// that is not JSON becomes a JSON string).
-func normalize(m model.Message, turn int) model.Message {
+// normalize makes a model's message fit conv, the conversation it ends:
+// the assistant's role, every tool call with an id used nowhere else in
+// the conversation (a provider may give none, or repeat one; a
+// provider such as Anthropic refuses a conversation whose tool call ids
+// repeat) and JSON arguments (text that is not JSON becomes a JSON
+// string).
+func normalize(m model.Message, conv []model.Message) model.Message {
 	m.Role = model.RoleAssistant
 	m.ToolCallID, m.IsError = "", false
 	m.ToolCalls = slices.Clone(m.ToolCalls)
 	seen := map[string]bool{}
+	for _, prev := range conv {
+		for _, c := range prev.ToolCalls {
+			seen[c.ID] = true
+		}
+	}
 	for i := range m.ToolCalls {
 		c := &m.ToolCalls[i]
-		if c.ID == "" || seen[c.ID] {
-			c.ID = fmt.Sprintf("call_%d_%d", turn, i)
+		for n := 0; c.ID == "" || seen[c.ID]; n++ {
+			c.ID = fmt.Sprintf("call_%d_%d", len(conv), i)
+			if n > 0 {
+				c.ID += fmt.Sprintf("_%d", n)
+			}
 		}
 		seen[c.ID] = true
 		switch {
@@ -132,7 +143,6 @@ func (r *run) work(ctx context.Context, name string, depth int) (*final, error) 
 			r.mu.Unlock()
 			return nil, fmt.Errorf("%w (%d)", errMaxTurns, ag.MaxTurns)
 		}
-		turn := prog.Turns + 1
 		req := model.Request{
 			Alias: ag.Model, Tags: slices.Clone(ag.Tags), System: ag.System,
 			Messages: slices.Clone(conv), Tools: tools,
@@ -161,7 +171,7 @@ func (r *run) work(ctx context.Context, name string, depth int) (*final, error) 
 		took := r.e.now().Sub(start).Milliseconds()
 		r.mu.Lock()
 		for _, a := range failedAttempts {
-			if err != nil && a.Err == err {
+			if err != nil && errors.Is(err, a.Err) {
 				continue // the call's own error, below
 			}
 			r.emit(api.AgentEvent{Type: api.AgentEvModelError, Agent: name, Provider: a.Provider, Model: a.Model,
@@ -178,7 +188,7 @@ func (r *run) work(ctx context.Context, name string, depth int) (*final, error) 
 			r.mu.Unlock()
 			return nil, errors.Join(fmt.Errorf("model: %w", err), cerr)
 		}
-		msg := normalize(resp.Message, turn)
+		msg := normalize(resp.Message, conv)
 		if len(msg.ToolCalls) == 0 {
 			return &final{text: msg.Text, resp: resp, msg: msg, took: took}, nil
 		}

@@ -67,6 +67,8 @@ func (e *Engine) recoverRun(ctx context.Context, rec *Record) error {
 	r := newRun(e, rec, d)
 	if err != nil {
 		r.stop()
+		// Its sandboxes end with it, as any ended run's do.
+		r.deleteAll()
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.seal("the run's document no longer compiles")

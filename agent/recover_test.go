@@ -184,3 +184,53 @@ func TestCloseKeepsRuns(t *testing.T) {
 		t.Errorf("resume of no run: %v", err)
 	}
 }
+
+// TestRecoverBadDocumentDeletesSandboxes: a run whose document no longer
+// compiles ends failed at recovery, and its sandboxes are deleted as any
+// ended run's are (they leaked before).
+func TestRecoverBadDocumentDeletesSandboxes(t *testing.T) {
+	store, b := newFakeJournal(), newFakeBackend()
+	b.exec = func(ctx context.Context, x api.Exec) (*sandbox.Result, error) {
+		return &sandbox.Result{ExitReason: sandbox.ReasonExited}, nil
+	}
+	cj := crashAfter(store, api.AgentEvToolCall)
+	m1 := newFakeModel()
+	m1.add("small", ask(ToolShellExec, `{"command": "true"}`))
+	e1 := New(m1, b, cj)
+	v, err := e1.Start(context.Background(), owner, coderDoc, "coder", "x", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-cj.hit // the tool ran in its sandbox; its result's save blocks
+	if len(b.live()) != 1 {
+		t.Fatalf("live sandboxes %v, want the agent's", b.live())
+	}
+	rec, err := store.LoadRun(context.Background(), owner.Tenant, v.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Document = "agents: [" // no longer compiles
+	if err := store.SaveRun(context.Background(), rec, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	e2 := New(newFakeModel(), b, store)
+	defer e2.Close()
+	if err := e2.Recover(context.Background()); err == nil {
+		t.Error("recover of a run whose document does not compile: no error")
+	}
+	got, err := store.LoadRun(context.Background(), owner.Tenant, v.ID)
+	if err != nil || got.Run.State != api.AgentFailed {
+		t.Fatalf("after recover: %v %+v", err, got.Run)
+	}
+	if live := b.live(); len(live) != 0 {
+		t.Errorf("live sandboxes %v after the run failed, want none", live)
+	}
+	for _, st := range got.Run.Agents {
+		if st.Sandbox != "" {
+			t.Errorf("agent %s still records sandbox %s", st.Name, st.Sandbox)
+		}
+	}
+	close(cj.release)
+	e1.Close()
+}

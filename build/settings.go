@@ -154,7 +154,8 @@ const EnvSourceDateEpoch = "SOURCE_DATE_EPOCH"
 
 // CheckSettings checks what a request asks of a build, before anything
 // runs: the command (non-empty, at most 4096 arguments, no NUL byte), the
-// outputs (at most 256, each as OutputPath accepts it, no two the same),
+// outputs (at most 256, each as OutputPath accepts it, no two the same,
+// none inside another),
 // the environment (KEY=VALUE with a name of letters, digits and "_" not
 // starting with a digit, no NUL, no name twice, not HOME, TMPDIR or
 // XDG_CACHE_HOME, SOURCE_DATE_EPOCH an integer from 0), the network
@@ -179,6 +180,15 @@ func CheckSettings(req *api.CreateBuild) error {
 			return invalid("outputs[%d]: %s is given twice", i, strconv.Quote(p))
 		}
 		outs[p] = true
+	}
+	// One output inside another would be collected twice (and the second
+	// copy refused): say so before anything runs.
+	for p := range outs {
+		for d := path.Dir(p); d != "."; d = path.Dir(d) {
+			if outs[d] {
+				return invalid("outputs: %s is inside %s, which is collected whole", strconv.Quote(p), strconv.Quote(d))
+			}
+		}
 	}
 	if err := checkEnv(req.Env); err != nil {
 		return err

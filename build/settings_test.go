@@ -127,6 +127,7 @@ func TestCheckSettings(t *testing.T) {
 		{"output NUL", func(r *api.CreateBuild) { r.Outputs = []string{"a\x00"} }, []string{"outputs[0]", "NUL"}},
 		{"output empty", func(r *api.CreateBuild) { r.Outputs = []string{""} }, []string{"outputs[0]", "empty"}},
 		{"output twice", func(r *api.CreateBuild) { r.Outputs = []string{"bin", "bin/"} }, []string{"outputs[1]", "twice"}},
+		{"output inside another", func(r *api.CreateBuild) { r.Outputs = []string{"out", "out/sub/app"} }, []string{"out/sub/app", "inside"}},
 		{"too many outputs", func(r *api.CreateBuild) { r.Outputs = manyOutputs }, []string{"outputs", "256"}},
 		{"env not KEY=VALUE", func(r *api.CreateBuild) { r.Env = []string{"JUSTKEY"} }, []string{"env[0]", "KEY=VALUE"}},
 		{"env bad name", func(r *api.CreateBuild) { r.Env = []string{"1X=y"} }, []string{"env[0]", "variable name"}},

@@ -9,6 +9,7 @@ import (
 	"os"
 	"reflect"
 	"sync"
+	"syscall"
 
 	"github.com/moat-sandbox/moat/agent"
 	"github.com/moat-sandbox/moat/agent/model"
@@ -102,7 +103,9 @@ const maxModelsFile = 1 << 20
 // loadModels reads the providers section of the agents file at path (its
 // agents, if any, are not the daemon's business).
 func loadModels(path string) (model.Config, error) {
-	f, err := os.Open(path)
+	// O_NONBLOCK: a FIFO put where the file should be fails the type
+	// check below instead of blocking the daemon's start.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return model.Config{}, fmt.Errorf("server: models file: %w", err)
 	}
@@ -294,8 +297,16 @@ func (s *Service) resumeAgentRun(ctx context.Context, c Caller, in *input) (any,
 	}
 	s.ag.startMu.Lock()
 	defer s.ag.startMu.Unlock()
-	if err := s.checkRunQuota(ctx, c); err != nil {
-		return nil, err
+	// Only an ended run taken up again adds an unfinished run (an
+	// unfinished one is the runner's to refuse: conflict).
+	cur, err := s.ag.eng.Get(ctx, c.Tenant, req.Run)
+	if err != nil {
+		return nil, agentError(err)
+	}
+	if agentEnded(cur.State) {
+		if err := s.checkRunQuota(ctx, c); err != nil {
+			return nil, err
+		}
 	}
 	run, err := s.ag.eng.Resume(ctx, c.Tenant, req.Run, req.Task)
 	if err != nil {

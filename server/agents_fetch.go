@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/moat-sandbox/moat/agent"
@@ -87,7 +88,9 @@ func (s *Service) fetch(ctx context.Context, c Caller, id, rawURL string, max in
 	}()
 	defer func() { ln.Close(); <-served }()
 
-	var refused error
+	// refused is set by the transport's dialing goroutine, which may
+	// outlive hc.Do when ctx ends first.
+	var refused atomic.Pointer[error]
 	tr := &http.Transport{
 		// Every request goes to the sandbox's proxy: the address below is
 		// a name only, the connection is ln's.
@@ -98,8 +101,9 @@ func (s *Service) fetch(ctx context.Context, c Caller, id, rawURL string, max in
 			if resp.StatusCode == http.StatusOK {
 				return nil
 			}
-			refused = proxyRefusal(resp)
-			return refused
+			err := proxyRefusal(resp)
+			refused.Store(&err)
+			return err
 		},
 		TLSClientConfig:        &tls.Config{MinVersion: tls.VersionTLS12},
 		DisableKeepAlives:      true,
@@ -124,8 +128,8 @@ func (s *Service) fetch(ctx context.Context, c Caller, id, rawURL string, max in
 	req.Header.Set("User-Agent", "moat-agent-fetch/1")
 	resp, err := hc.Do(req)
 	if err != nil {
-		if refused != nil {
-			return nil, refused
+		if r := refused.Load(); r != nil {
+			return nil, *r
 		}
 		var ue *url.Error
 		if errors.As(err, &ue) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -112,7 +113,7 @@ func (j *agJournal) SaveRun(ctx context.Context, r *agent.Record, evs []api.Agen
 		case api.AgentEvToolResult:
 			// The decision is known once the call was judged.
 			if ev.Tool != nil {
-				j.s.metrics.agentToolCalls.Inc(ev.Tool.Name, ev.Tool.Decision)
+				j.s.metrics.agentToolCalls.Inc(toolMetricName(ev.Tool.Name), ev.Tool.Decision)
 			}
 		case api.AgentEvModelResponse, api.AgentEvModelError:
 			if jr.doc == nil {
@@ -131,6 +132,17 @@ func (j *agJournal) SaveRun(ctx context.Context, r *agent.Record, evs []api.Agen
 		j.mu.Unlock()
 	}
 	return nil
+}
+
+// toolMetricName is the tool label of a tool call named name: the name
+// of one of the runner's tools, or "unknown" for any other, which the
+// model made up (a label value of its own per name would let a model grow
+// the metrics without bound).
+func toolMetricName(name string) string {
+	if slices.Contains(agent.ToolNames, name) {
+		return name
+	}
+	return "unknown"
 }
 
 // agentEnded reports whether a run in state has ended (a resume may take

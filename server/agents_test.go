@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -304,5 +305,69 @@ func TestAgentCreateRefusals(t *testing.T) {
 	}
 	if !slices.ContainsFunc(h.modelCalls(), func(e audit.Event) bool { return strings.Contains(string(e.Result), `"provider":"p1"`) }) {
 		t.Error("no model.call event of p1")
+	}
+}
+
+// TestAgentToolMetricNames: a tool name the model made up is counted in
+// moat_agent_tool_calls_total as "unknown", never as a label value of its
+// own (a model, or a page it fetched, must not grow the daemon's metrics
+// without bound). A tool the agent is offered keeps its name.
+func TestAgentToolMetricNames(t *testing.T) {
+	srv := modeltest.NewOpenAI(t,
+		toolCall("made_up_tool_1", `{}`),
+		toolCall("shell_exec", `{"command": 1}`),
+		modeltest.Turn{Text: "done"})
+	h := newFakeHarness(t, withProviders(t, []fakeProvider{{"p1", nil, srv}}))
+	doc := "agents:\n  - name: a\n    model: m\n    tools: [shell_exec]\n"
+	run, _ := h.runAgent(tokenA, api.CreateAgentRun{Document: doc, Agent: "a", Task: "t"})
+	if run.State != api.AgentSucceeded {
+		t.Fatalf("run: %+v", run)
+	}
+	for line, want := range map[string]string{
+		`moat_agent_tool_calls_total{tool="made_up_tool_1",decision=""}`: "",
+		`moat_agent_tool_calls_total{tool="unknown",decision=""}`:        "1",
+		`moat_agent_tool_calls_total{tool="shell_exec",decision=""}`:     "1",
+	} {
+		if got := h.metric(line); got != want {
+			t.Errorf("%s = %q, want %q", line, got, want)
+		}
+	}
+}
+
+// TestAgentResumeRunningConflict: agent.resume of a run still running is
+// 409 conflict, as API.md says, even when the tenant is at its max_runs
+// (resuming an unfinished run adds no unfinished run).
+func TestAgentResumeRunningConflict(t *testing.T) {
+	hold := make(chan struct{})
+	t.Cleanup(func() { close(hold) })
+	srv := modeltest.NewOpenAI(t)
+	srv.Respond(modeltest.Always(modeltest.Turn{Hold: hold}))
+	h := newFakeHarness(t, withProviders(t, []fakeProvider{{"p1", nil, srv}}, func(c *Config) { c.AgentMaxRuns = 1 }))
+	run := h.startAgent(tokenA, api.CreateAgentRun{Document: "agents:\n  - {name: a, model: m}\n", Agent: "a", Task: "t"})
+	r := h.do("POST", "/v1/agents/runs/"+run.ID+"/resume", tokenA, api.ResumeAgentRun{Task: "more"})
+	if r.status != http.StatusConflict {
+		t.Errorf("resume of a running run at max_runs: %d %s, want 409", r.status, r.body)
+	}
+}
+
+// TestLoadModelsFIFO: a FIFO where the models file should be is refused
+// at once (it used to block the daemon's start on open); control: the
+// same content in a regular file loads.
+func TestLoadModelsFIFO(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "models.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	if _, err := loadModels(fifo); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Fatalf("a FIFO: %v", err)
+	}
+	reg := filepath.Join(dir, "ok.yaml")
+	doc := "providers:\n  - name: p\n    kind: openai\n    base_url: http://127.0.0.1:1/v1\n    model: m\n"
+	if err := os.WriteFile(reg, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err := loadModels(reg); err != nil || len(cfg.Providers) != 1 {
+		t.Fatalf("control: %+v %v", cfg, err)
 	}
 }

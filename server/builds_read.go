@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"strings"
 
@@ -30,6 +31,24 @@ func (s *Service) buildLog(ctx context.Context, c Caller, in *input) (any, error
 	if err != nil {
 		return nil, err
 	}
+	var log logSource
+	if run != nil {
+		run.mu.Lock()
+		if run.log != nil {
+			log = run.log
+		}
+		run.mu.Unlock()
+		if log == nil {
+			// Ending before its log was made: what it kept.
+			final, err := run.wait(ctx)
+			if err != nil {
+				return nil, err
+			}
+			b = &final
+		}
+	}
+	// Opened once the log is known: a build's log file exists before its
+	// build.Log does (makeBuildDir).
 	f, err := openLogFile(logPath(s.builds.path(b.ID)))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
@@ -38,51 +57,26 @@ func (s *Service) buildLog(ctx context.Context, c Caller, in *input) (any, error
 		defer f.Close()
 	}
 	ls := &logStream{f: f, emit: in.emit, off: req.Offset}
-	var log logSource
-	if run != nil {
-		run.mu.Lock()
-		if run.log != nil {
-			log = run.log
-		}
-		run.mu.Unlock()
-	}
 	if log == nil {
-		// Ended (or ending before its log was made): what it kept.
-		if run != nil {
-			final, err := run.wait(ctx)
-			if err != nil {
-				return nil, err
-			}
-			b = &final
-		}
+		// Ended: what it kept.
 		return b, ls.upTo(b.Log.Kept)
 	}
 	if req.Follow && in.open != nil {
 		// A follower knows the stream is up before the first event.
 		in.open()
 	}
-	for {
-		kept, ended := log.Kept(), false
-		if req.Follow {
-			if kept, ended, err = log.Wait(ctx, ls.off); err != nil {
-				return nil, err
-			}
-		}
-		if err := ls.upTo(kept); err != nil {
-			return nil, err
-		}
-		if !req.Follow {
-			v := run.view()
-			return &v, nil
-		}
-		if ended {
-			final, err := run.wait(ctx)
-			if err != nil {
-				return nil, err
-			}
-			return &final, nil
-		}
+	if err := ls.send(ctx, log, req.Follow); err != nil {
+		return nil, err
 	}
+	if !req.Follow {
+		v := run.view()
+		return &v, nil
+	}
+	final, err := run.wait(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &final, nil
 }
 
 // logSource is a build's log in flight (build.Log).
@@ -97,13 +91,45 @@ type logStream struct {
 	emit func(api.Event) error
 	off  int64
 	seq  uint64
+	// dry is set once the file gave less than the log kept (no file, or
+	// one cut short): nothing more can be read from it.
+	dry bool
+}
+
+// send sends log's kept bytes from the stream's offset: what it keeps
+// now, or with follow what it keeps until it ends. A stream gone dry
+// waits for the log's end without reading again.
+func (ls *logStream) send(ctx context.Context, log logSource, follow bool) error {
+	for {
+		kept, ended := log.Kept(), false
+		if follow {
+			past := ls.off
+			if ls.dry {
+				past = math.MaxInt64 // only the end is news
+			}
+			var err error
+			if kept, ended, err = log.Wait(ctx, past); err != nil {
+				return err
+			}
+		}
+		if err := ls.upTo(kept); err != nil {
+			return err
+		}
+		if !follow || ended {
+			return nil
+		}
+	}
 }
 
 // upTo sends the file's bytes from the stream's offset up to kept, in
 // events of at most logChunk bytes. A file shorter than kept ends it
-// early (its write failed).
+// early (its write failed) and leaves the stream dry.
 func (ls *logStream) upTo(kept int64) error {
-	for ls.f != nil && ls.off < kept {
+	for ls.off < kept {
+		if ls.f == nil {
+			ls.dry = true
+			return nil
+		}
 		buf := make([]byte, min(kept-ls.off, logChunk))
 		n, err := ls.f.ReadAt(buf, ls.off)
 		if n > 0 {
@@ -116,6 +142,7 @@ func (ls *logStream) upTo(kept int64) error {
 			ls.off += int64(n)
 		}
 		if errors.Is(err, io.EOF) || n == 0 {
+			ls.dry = ls.off < kept
 			return nil
 		}
 		if err != nil {

@@ -71,9 +71,6 @@ func (s *Service) createBuild(ctx context.Context, c Caller, in *input) (any, er
 	if err != nil {
 		return nil, err
 	}
-	if err := checkBuildLimits(req); err != nil {
-		return nil, err
-	}
 	if err := validLabels(req.Labels); err != nil {
 		return nil, err
 	}
@@ -110,15 +107,6 @@ func (s *Service) createBuild(ctx context.Context, c Caller, in *input) (any, er
 	return &final, nil
 }
 
-// checkBuildLimits refuses negative sandbox limits before anything is
-// made (the sandbox.create would, after the source is unpacked).
-func checkBuildLimits(req *api.CreateBuild) error {
-	if req.MemoryBytes < 0 || req.CPUs < 0 || req.Pids < 0 || req.DiskBytes < 0 {
-		return api.Errorf(api.CodeInvalidArgument, "memory_bytes, cpus, pids and disk_bytes must not be negative")
-	}
-	return nil
-}
-
 // beginBuild records a new build of c (status running, one durable write)
 // and registers it in flight. The settings kept are req's as the build
 // runs them: the template resolved, the limits narrowed, without the
@@ -147,6 +135,9 @@ func (s *Service) beginBuild(ctx context.Context, c Caller, req *api.CreateBuild
 	if err := s.saveBuild(ctx, c.Tenant, &rec); err != nil {
 		s.builds.forget(run)
 		cancel(nil)
+		// A build.get that found it meanwhile does not wait for ever.
+		close(run.done)
+		close(run.gone)
 		return nil, err
 	}
 	return run, nil

@@ -107,12 +107,13 @@ func withKept(run *api.AgentRun, kept string) *api.AgentRun {
 }
 
 // awaitAgentRun waits for the end of c's agent run id and returns its
-// record. When ctx ends first, the run is cancelled and its record
-// returned, once it ended, with ctx's error.
+// record. When ctx ends first, or following the run fails, the run is
+// cancelled (a step that failed leaves no run going) and its record
+// returned, once it ended, with that error.
 func (s *Service) awaitAgentRun(ctx context.Context, c Caller, id string) (*api.AgentRun, error) {
 	run, err := s.followAgentRun(ctx, c, id)
-	if err == nil || ctx.Err() == nil {
-		return run, err
+	if err == nil {
+		return run, nil
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), agentWaitAfterCancel)
 	defer cancel()

@@ -76,6 +76,12 @@ func (b *openaiBackend) stream(ctx context.Context, params openai.ChatCompletion
 	if err := s.Err(); err != nil {
 		return nil, openaiError(err)
 	}
+	// A stream cut short at an event's end (a connection closed without
+	// data: [DONE]) ends without error: only a finish_reason says the
+	// answer is whole.
+	if len(acc.Choices) == 0 || acc.Choices[0].FinishReason == "" {
+		return nil, &protocolError{"stream ended before its finish_reason"}
+	}
 	return &acc.ChatCompletion, nil
 }
 

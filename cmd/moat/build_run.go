@@ -7,13 +7,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 
 	"github.com/moat-sandbox/moat/api"
+	"github.com/moat-sandbox/moat/build"
 	"github.com/moat-sandbox/moat/client"
 	"github.com/moat-sandbox/moat/display"
 )
@@ -126,19 +125,14 @@ func followError(t target, id string, err error) error {
 // reached a daemon's store (no id). As in a daemon's record, the
 // variables are named, their values (secrets, maybe) left out.
 func localRefusal(req api.CreateBuild, r *sourceRefusal) *api.Build {
-	names := []string{}
-	for _, kv := range req.Env {
-		k, _, _ := strings.Cut(kv, "=")
-		names = append(names, k)
-	}
-	slices.Sort(names)
+	names := build.EnvNames(req.Env)
 	req.Content, req.Detach, req.Env = nil, false, nil
 	return &api.Build{
 		Status:    api.BuildRefused,
 		Reason:    r.Reason,
 		Message:   r.Message,
 		Settings:  req,
-		Env:       slices.Compact(names),
+		Env:       names,
 		Artifacts: []api.BuildArtifact{},
 	}
 }
