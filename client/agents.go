@@ -53,33 +53,8 @@ func (c *Client) ResumeAgentRun(ctx context.Context, req api.ResumeAgentRun) (*a
 // req.Follow it returns when the run has ended, with the run's final
 // state. An error fn returns ends the stream and is returned.
 func (c *Client) AgentEvents(ctx context.Context, req api.AgentEvents, fn func(api.AgentEvent) error) (*api.AgentRun, error) {
-	var run api.AgentRun
-	var ferr error
-	err := c.t.stream(ctx, op(api.OpAgentEvents), req, func(ev api.Event) error {
-		if ev.Error != nil {
-			return ev.Error
-		}
-		if ev.Agent == nil {
-			return nil
-		}
-		if err := fn(*ev.Agent); err != nil {
-			ferr = err
-			return err
-		}
-		return nil
-	}, &run)
-	if ferr != nil {
-		return nil, ferr
-	}
-	if err != nil {
-		return nil, err
-	}
-	if run.ID == "" {
-		// Over HTTP the stream carries the events only: the run as it is
-		// at the stream's end is asked for (after a follow, the ended run).
-		return c.AgentRunGet(ctx, req.Run)
-	}
-	return &run, nil
+	return runEvents(ctx, c, api.OpAgentEvents, req, func(ev api.Event) *api.AgentEvent { return ev.Agent }, fn,
+		func(r *api.AgentRun) string { return r.ID }, func() (*api.AgentRun, error) { return c.AgentRunGet(ctx, req.Run) })
 }
 
 // WaitAgentRun waits for a run to end and returns its final state.
@@ -88,9 +63,5 @@ func (c *Client) WaitAgentRun(ctx context.Context, run string) (*api.AgentRun, e
 }
 
 func (c *Client) agentCall(ctx context.Context, name string, req any) (*api.AgentRun, error) {
-	var run api.AgentRun
-	if err := c.call(ctx, name, req, &run); err != nil {
-		return nil, err
-	}
-	return &run, nil
+	return callFor[api.AgentRun](ctx, c, name, req)
 }

@@ -51,33 +51,8 @@ func (c *Client) AddWorkflowStep(ctx context.Context, req api.AddWorkflowStep) (
 // req.Follow it returns when the run has ended, with the run's final
 // state. An error fn returns ends the stream and is returned.
 func (c *Client) WorkflowEvents(ctx context.Context, req api.WorkflowEvents, fn func(api.WorkflowEvent) error) (*api.WorkflowRun, error) {
-	var run api.WorkflowRun
-	var ferr error
-	err := c.t.stream(ctx, op(api.OpWorkflowEvents), req, func(ev api.Event) error {
-		if ev.Error != nil {
-			return ev.Error
-		}
-		if ev.Workflow == nil {
-			return nil
-		}
-		if err := fn(*ev.Workflow); err != nil {
-			ferr = err
-			return err
-		}
-		return nil
-	}, &run)
-	if ferr != nil {
-		return nil, ferr
-	}
-	if err != nil {
-		return nil, err
-	}
-	if run.ID == "" {
-		// Over HTTP the stream carries the events only: the run as it is
-		// at the stream's end is asked for (after a follow, the ended run).
-		return c.Workflow(ctx, req.Run)
-	}
-	return &run, nil
+	return runEvents(ctx, c, api.OpWorkflowEvents, req, func(ev api.Event) *api.WorkflowEvent { return ev.Workflow }, fn,
+		func(r *api.WorkflowRun) string { return r.ID }, func() (*api.WorkflowRun, error) { return c.Workflow(ctx, req.Run) })
 }
 
 // WaitWorkflow waits for a run to end and returns its final state.
@@ -86,9 +61,5 @@ func (c *Client) WaitWorkflow(ctx context.Context, run string) (*api.WorkflowRun
 }
 
 func (c *Client) workflowCall(ctx context.Context, name string, req any) (*api.WorkflowRun, error) {
-	var run api.WorkflowRun
-	if err := c.call(ctx, name, req, &run); err != nil {
-		return nil, err
-	}
-	return &run, nil
+	return callFor[api.WorkflowRun](ctx, c, name, req)
 }
