@@ -117,7 +117,7 @@ func Compile(doc []byte) (*Document, error) {
 	if root == nil {
 		return nil, errs.err()
 	}
-	r := &reader{errs: errs}
+	r := newReader(errs)
 	d := r.document(root)
 	if err := errs.err(); err != nil {
 		return nil, err

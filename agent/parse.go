@@ -11,6 +11,7 @@ import (
 
 	"github.com/moat-sandbox/moat/agent/model"
 	"github.com/moat-sandbox/moat/api"
+	"github.com/moat-sandbox/moat/internal/yamlnode"
 )
 
 // validName is the form of an agent's name (it is a sandbox label's value
@@ -25,19 +26,19 @@ func (r *reader) document(root *yaml.Node) *Document {
 	d := &Document{MaxTurns: DefaultMaxTurns}
 	var agents *yaml.Node
 	maxTurnsSet := false
-	r.mapping(root, "", func(key string, k, v *yaml.Node) {
+	r.Mapping(root, "", func(key string, k, v *yaml.Node) {
 		switch key {
 		case "providers":
 			d.ProvidersLine = k.Line
 			d.Providers = r.providers(v, key)
 		case "max_turns":
-			if n, ok := r.integer(v, key, 1, MaxMaxTurns); ok {
+			if n, ok := r.IntegerIn(v, key, 1, MaxMaxTurns); ok {
 				d.MaxTurns, maxTurnsSet = int(n), true
 			}
 		case "agents":
 			agents = v
 		default:
-			r.fail(k, key, "unknown field (providers, max_turns, agents)")
+			r.Fail(k, key, "unknown field (providers, max_turns, agents)")
 		}
 	})
 	if root.Kind != yaml.MappingNode {
@@ -47,9 +48,9 @@ func (r *reader) document(root *yaml.Node) *Document {
 		d.Agents = r.agents(agents, d.MaxTurns)
 		r.check(d)
 	} else if d.ProvidersLine == 0 {
-		r.fail(root, "agents", "missing: a document needs agents (or, for a daemon's models file, providers)")
+		r.Fail(root, "agents", "missing: a document needs agents (or, for a daemon's models file, providers)")
 	} else if maxTurnsSet {
-		r.fail(root, "max_turns", "given without agents")
+		r.Fail(root, "max_turns", "given without agents")
 	}
 	return d
 }
@@ -58,12 +59,12 @@ func (r *reader) document(root *yaml.Node) *Document {
 // provider checked by model.Config.Validate at its line.
 func (r *reader) providers(n *yaml.Node, field string) model.Config {
 	var cfg model.Config
-	items, ok := r.sequence(n, field, "a list of providers")
+	items, ok := r.Sequence(n, field, "a list of providers")
 	if !ok {
 		return cfg
 	}
 	if len(items) == 0 {
-		r.fail(n, field, "empty: give at least one provider")
+		r.Fail(n, field, "empty: give at least one provider")
 		return cfg
 	}
 	names := map[string]int{}
@@ -74,11 +75,11 @@ func (r *reader) providers(n *yaml.Node, field string) model.Config {
 			continue
 		}
 		if err := (model.Config{Providers: []model.Provider{p}}).Validate(); err != nil {
-			r.fail(it, name, "%s", strings.TrimPrefix(err.Error(), model.ErrInvalidConfig.Error()+": "))
+			r.Fail(it, name, "%s", strings.TrimPrefix(err.Error(), model.ErrInvalidConfig.Error()+": "))
 			continue
 		}
 		if at, dup := names[p.Name]; dup {
-			r.fail(it, name, "provider %q is already defined at line %d", p.Name, at)
+			r.Fail(it, name, "provider %q is already defined at line %d", p.Name, at)
 			continue
 		}
 		names[p.Name] = it.Line
@@ -91,33 +92,33 @@ func (r *reader) providers(n *yaml.Node, field string) model.Config {
 func (r *reader) provider(n *yaml.Node, field string) (model.Provider, bool) {
 	var p model.Provider
 	bad := len(r.errs.errs)
-	r.mapping(n, field, func(key string, k, v *yaml.Node) {
-		name := join(field, key)
+	r.Mapping(n, field, func(key string, k, v *yaml.Node) {
+		name := yamlnode.Join(field, key)
 		switch key {
 		case "name":
-			p.Name, _ = r.str(v, name)
+			p.Name, _ = r.Str(v, name)
 		case "kind":
-			p.Kind, _ = r.str(v, name)
+			p.Kind, _ = r.Str(v, name)
 		case "base_url":
-			p.BaseURL, _ = r.str(v, name)
+			p.BaseURL, _ = r.Str(v, name)
 		case "model":
-			p.Model, _ = r.str(v, name)
+			p.Model, _ = r.Str(v, name)
 		case "aliases":
-			p.Aliases, _ = r.strs(v, name)
+			p.Aliases, _ = r.Strs(v, name)
 		case "tags":
-			p.Tags, _ = r.strs(v, name)
+			p.Tags, _ = r.Strs(v, name)
 		case "api_key_file":
-			p.APIKeyFile, _ = r.str(v, name)
+			p.APIKeyFile, _ = r.Str(v, name)
 		case "max_concurrency":
-			if x, ok := r.integer(v, name, 1, model.MaxMaxConcurrency); ok {
+			if x, ok := r.IntegerIn(v, name, 1, model.MaxMaxConcurrency); ok {
 				p.MaxConcurrency = int(x)
 			}
 		case "weight":
-			if x, ok := r.integer(v, name, 1, model.MaxWeight); ok {
+			if x, ok := r.IntegerIn(v, name, 1, model.MaxWeight); ok {
 				p.Weight = int(x)
 			}
 		default:
-			r.fail(k, name, "unknown field")
+			r.Fail(k, name, "unknown field")
 		}
 	})
 	return p, len(r.errs.errs) == bad && n.Kind == yaml.MappingNode
@@ -125,16 +126,16 @@ func (r *reader) provider(n *yaml.Node, field string) (model.Provider, bool) {
 
 // agents reads the agents list.
 func (r *reader) agents(n *yaml.Node, maxTurns int) []*Agent {
-	items, ok := r.sequence(n, "agents", "a list of agents")
+	items, ok := r.Sequence(n, "agents", "a list of agents")
 	if !ok {
 		return nil
 	}
 	if len(items) == 0 {
-		r.fail(n, "agents", "empty: give at least one agent")
+		r.Fail(n, "agents", "empty: give at least one agent")
 		return nil
 	}
 	if len(items) > MaxAgents {
-		r.fail(n, "agents", "%d agents: at most %d", len(items), MaxAgents)
+		r.Fail(n, "agents", "%d agents: at most %d", len(items), MaxAgents)
 		return nil
 	}
 	var out []*Agent
@@ -145,7 +146,7 @@ func (r *reader) agents(n *yaml.Node, maxTurns int) []*Agent {
 			continue
 		}
 		if at, dup := lines[a.Name]; dup {
-			r.fail(it, "agents."+a.Name, "agent %q is already defined at line %d", a.Name, at)
+			r.Fail(it, "agents."+a.Name, "agent %q is already defined at line %d", a.Name, at)
 			continue
 		}
 		lines[a.Name] = a.Line
@@ -177,30 +178,30 @@ func (r *reader) agent(n *yaml.Node, i, maxTurns int) *Agent {
 	a.Sandbox.Template = DefaultTemplate
 	a.Sandbox.Network.Mode = NetworkNone
 	a.Sandbox.Timeout = DefaultToolTimeout
-	r.mapping(n, field, func(key string, k, v *yaml.Node) {
-		name := join(field, key)
+	r.Mapping(n, field, func(key string, k, v *yaml.Node) {
+		name := yamlnode.Join(field, key)
 		switch key {
 		case "name":
-			if s, ok := r.str(v, name); ok {
+			if s, ok := r.Str(v, name); ok {
 				if !validName.MatchString(s) {
-					r.fail(v, name, "%q is not a valid name (lowercase letters, digits, _ and -, starting with a letter or digit, at most 63)", s)
+					r.Fail(v, name, "%q is not a valid name (lowercase letters, digits, _ and -, starting with a letter or digit, at most 63)", s)
 					return
 				}
 				a.Name = s
 			}
 		case "model":
-			if s, ok := r.str(v, name); ok {
+			if s, ok := r.Str(v, name); ok {
 				if s == "" || len(s) > 256 || strings.ContainsFunc(s, func(c rune) bool { return unicode.IsSpace(c) || unicode.IsControl(c) }) {
-					r.fail(v, name, "want a model alias: 1 to 256 printable characters without spaces")
+					r.Fail(v, name, "want a model alias: 1 to 256 printable characters without spaces")
 					return
 				}
 				a.Model = s
 			}
 		case "tags":
-			tags, _ := r.strs(v, name)
+			tags, _ := r.Strs(v, name)
 			for _, t := range tags {
 				if !validTag.MatchString(t) {
-					r.fail(v, name, "tag %q: want 1 to 64 of [a-z0-9._-], starting with a letter or digit", t)
+					r.Fail(v, name, "tag %q: want 1 to 64 of [a-z0-9._-], starting with a letter or digit", t)
 					return
 				}
 				if !slices.Contains(a.Tags, t) {
@@ -208,9 +209,9 @@ func (r *reader) agent(n *yaml.Node, i, maxTurns int) *Agent {
 				}
 			}
 		case "system":
-			if s, ok := r.str(v, name); ok {
+			if s, ok := r.Str(v, name); ok {
 				if len(s) > maxSystem {
-					r.fail(v, name, "%d bytes: at most %d", len(s), maxSystem)
+					r.Fail(v, name, "%d bytes: at most %d", len(s), maxSystem)
 					return
 				}
 				a.System = s
@@ -218,7 +219,7 @@ func (r *reader) agent(n *yaml.Node, i, maxTurns int) *Agent {
 		case "tools":
 			a.Tools = r.tools(v, name)
 		case "handoff":
-			if list, ok := r.strs(v, name); ok {
+			if list, ok := r.Strs(v, name); ok {
 				for _, h := range list {
 					if !slices.Contains(a.Handoff, h) {
 						a.Handoff = append(a.Handoff, h)
@@ -226,7 +227,7 @@ func (r *reader) agent(n *yaml.Node, i, maxTurns int) *Agent {
 				}
 			}
 		case "max_turns":
-			if x, ok := r.integer(v, name, 1, MaxMaxTurns); ok {
+			if x, ok := r.IntegerIn(v, name, 1, MaxMaxTurns); ok {
 				a.MaxTurns = int(x)
 			}
 		case "policy":
@@ -234,7 +235,7 @@ func (r *reader) agent(n *yaml.Node, i, maxTurns int) *Agent {
 		case "sandbox":
 			r.sandbox(&a.Sandbox, v, name)
 		default:
-			r.fail(k, name, "unknown field")
+			r.Fail(k, name, "unknown field")
 		}
 	})
 	if n.Kind != yaml.MappingNode {
@@ -242,12 +243,12 @@ func (r *reader) agent(n *yaml.Node, i, maxTurns int) *Agent {
 	}
 	if a.Name == "" {
 		if nameOf(n) == "" {
-			r.fail(n, field, "missing name")
+			r.Fail(n, field, "missing name")
 		}
 		return nil
 	}
 	if a.Model == "" {
-		r.fail(n, join(field, "model"), "missing: name the model alias the agent's requests use")
+		r.Fail(n, yamlnode.Join(field, "model"), "missing: name the model alias the agent's requests use")
 	}
 	r.agentTools(a, n, field)
 	return a
@@ -255,21 +256,21 @@ func (r *reader) agent(n *yaml.Node, i, maxTurns int) *Agent {
 
 // tools reads a tools list: known names, each once.
 func (r *reader) tools(n *yaml.Node, field string) []string {
-	items, ok := r.sequence(n, field, "a list of tool names")
+	items, ok := r.Sequence(n, field, "a list of tool names")
 	if !ok {
 		return nil
 	}
 	var out []string
 	for _, it := range items {
-		s, ok := r.str(it, field)
+		s, ok := r.Str(it, field)
 		if !ok {
 			continue
 		}
 		switch {
 		case !slices.Contains(ToolNames, s):
-			r.fail(it, field, "unknown tool %q (%s)", s, strings.Join(ToolNames, ", "))
+			r.Fail(it, field, "unknown tool %q (%s)", s, strings.Join(ToolNames, ", "))
 		case slices.Contains(out, s):
-			r.fail(it, field, "tool %q given twice", s)
+			r.Fail(it, field, "tool %q given twice", s)
 		default:
 			out = append(out, s)
 		}
@@ -281,7 +282,7 @@ func (r *reader) tools(n *yaml.Node, field string) []string {
 func (r *reader) agentTools(a *Agent, n *yaml.Node, field string) {
 	sb := a.Sandbox
 	if a.offers(ToolHandoff) && len(a.Handoff) == 0 {
-		r.fail(n, join(field, "tools"), "handoff is offered but the handoff list names no agent")
+		r.Fail(n, yamlnode.Join(field, "tools"), "handoff is offered but the handoff list names no agent")
 	}
 	if len(a.Handoff) > 0 && !a.offers(ToolHandoff) {
 		a.Tools = append(a.Tools, ToolHandoff)
@@ -289,12 +290,12 @@ func (r *reader) agentTools(a *Agent, n *yaml.Node, field string) {
 	if sb.PerCall {
 		for _, t := range a.Tools {
 			if strings.HasPrefix(t, "process_") {
-				r.fail(n, join(field, "tools"), "%s needs a long-lived sandbox: not with sandbox.per_call", t)
+				r.Fail(n, yamlnode.Join(field, "tools"), "%s needs a long-lived sandbox: not with sandbox.per_call", t)
 			}
 		}
 	}
 	if a.offers(ToolFetchURL) && sb.Network.Mode != NetworkProxy {
-		r.fail(n, join(field, "tools"), "fetch_url needs sandbox.network.mode proxy (and its allow_domains)")
+		r.Fail(n, yamlnode.Join(field, "tools"), "fetch_url needs sandbox.network.mode proxy (and its allow_domains)")
 	}
 }
 
@@ -315,13 +316,13 @@ func (r *reader) check(d *Document) {
 
 // sandbox reads an agent's sandbox section.
 func (r *reader) sandbox(sb *SandboxConfig, n *yaml.Node, field string) {
-	r.mapping(n, field, func(key string, k, v *yaml.Node) {
-		name := join(field, key)
+	r.Mapping(n, field, func(key string, k, v *yaml.Node) {
+		name := yamlnode.Join(field, key)
 		switch key {
 		case "template":
-			if s, ok := r.str(v, name); ok {
+			if s, ok := r.Str(v, name); ok {
 				if s == "" || len(s) > 256 || strings.ContainsFunc(s, unicode.IsControl) {
-					r.fail(v, name, "want a template's name")
+					r.Fail(v, name, "want a template's name")
 					return
 				}
 				sb.Template = s
@@ -331,13 +332,13 @@ func (r *reader) sandbox(sb *SandboxConfig, n *yaml.Node, field string) {
 		case "network":
 			r.network(sb, v, name)
 		case "per_call":
-			sb.PerCall, _ = r.boolean(v, name)
+			sb.PerCall, _ = r.Bool(v, name)
 		case "timeout":
 			if d, ok := r.duration(v, name, 1e9, MaxToolTimeout); ok {
 				sb.Timeout = d
 			}
 		default:
-			r.fail(k, name, "unknown field (template, limits, network, per_call, timeout)")
+			r.Fail(k, name, "unknown field (template, limits, network, per_call, timeout)")
 		}
 	})
 }
@@ -345,19 +346,19 @@ func (r *reader) sandbox(sb *SandboxConfig, n *yaml.Node, field string) {
 // limits reads limits: memory, cpus, pids, disk (as workflow steps give
 // them).
 func (r *reader) limits(sb *SandboxConfig, n *yaml.Node, field string) {
-	r.mapping(n, field, func(key string, k, v *yaml.Node) {
-		name := join(field, key)
+	r.Mapping(n, field, func(key string, k, v *yaml.Node) {
+		name := yamlnode.Join(field, key)
 		switch key {
 		case "memory":
-			sb.Limits.MemoryBytes, _ = r.size(v, name)
+			sb.Limits.MemoryBytes, _ = r.Size(v, name)
 		case "disk":
-			sb.Limits.DiskBytes, _ = r.size(v, name)
+			sb.Limits.DiskBytes, _ = r.Size(v, name)
 		case "pids":
-			sb.Limits.Pids, _ = r.integer(v, name, 0, 1<<22)
+			sb.Limits.Pids, _ = r.IntegerIn(v, name, 0, 1<<22)
 		case "cpus":
-			sb.Limits.CPUs, _ = r.number(v, name)
+			sb.Limits.CPUs, _ = r.Number(v, name)
 		default:
-			r.fail(k, name, "unknown field (memory, cpus, pids, disk)")
+			r.Fail(k, name, "unknown field (memory, cpus, pids, disk)")
 		}
 	})
 }
@@ -366,13 +367,13 @@ func (r *reader) limits(sb *SandboxConfig, n *yaml.Node, field string) {
 // deny_domains (mode proxy).
 func (r *reader) network(sb *SandboxConfig, n *yaml.Node, field string) {
 	var lists *yaml.Node
-	r.mapping(n, field, func(key string, k, v *yaml.Node) {
-		name := join(field, key)
+	r.Mapping(n, field, func(key string, k, v *yaml.Node) {
+		name := yamlnode.Join(field, key)
 		switch key {
 		case "mode":
-			if s, ok := r.str(v, name); ok {
+			if s, ok := r.Str(v, name); ok {
 				if s != NetworkNone && s != NetworkProxy {
-					r.fail(v, name, "%q is not a mode (none, proxy)", s)
+					r.Fail(v, name, "%q is not a mode (none, proxy)", s)
 					return
 				}
 				sb.Network.Mode = s
@@ -384,24 +385,24 @@ func (r *reader) network(sb *SandboxConfig, n *yaml.Node, field string) {
 			lists = k
 			sb.Network.DenyDomains = r.domains(v, name)
 		default:
-			r.fail(k, name, "unknown field (mode, allow_domains, deny_domains)")
+			r.Fail(k, name, "unknown field (mode, allow_domains, deny_domains)")
 		}
 	})
 	if lists != nil && sb.Network.Mode != NetworkProxy {
-		r.fail(lists, field, "allow_domains and deny_domains need mode proxy")
+		r.Fail(lists, field, "allow_domains and deny_domains need mode proxy")
 	}
 }
 
 // domains reads a list of domain entries (checked by the daemon's
 // admission at the sandbox's create; here only their shape).
 func (r *reader) domains(n *yaml.Node, field string) []string {
-	list, ok := r.strs(n, field)
+	list, ok := r.Strs(n, field)
 	if !ok {
 		return nil
 	}
 	for _, s := range list {
 		if s == "" || len(s) > 253 || strings.ContainsFunc(s, func(c rune) bool { return unicode.IsSpace(c) || unicode.IsControl(c) }) {
-			r.fail(n, field, "%q is not a domain", s)
+			r.Fail(n, field, "%q is not a domain", s)
 			return nil
 		}
 	}
@@ -411,25 +412,25 @@ func (r *reader) domains(n *yaml.Node, field string) []string {
 // policy reads policy, shaped as api.CallRules.
 func (r *reader) policy(n *yaml.Node, field string) *api.CallRules {
 	p := &api.CallRules{}
-	r.mapping(n, field, func(key string, k, v *yaml.Node) {
-		name := join(field, key)
+	r.Mapping(n, field, func(key string, k, v *yaml.Node) {
+		name := yamlnode.Join(field, key)
 		switch key {
 		case "profile":
-			if s, ok := r.str(v, name); ok {
+			if s, ok := r.Str(v, name); ok {
 				if s != "" && s != "untrusted" {
-					r.fail(v, name, "%q is not a profile (untrusted)", s)
+					r.Fail(v, name, "%q is not a profile (untrusted)", s)
 					return
 				}
 				p.Profile = s
 			}
 		case "allow":
-			p.Allow, _ = r.strs(v, name)
+			p.Allow, _ = r.Strs(v, name)
 		case "ask":
-			p.Ask, _ = r.strs(v, name)
+			p.Ask, _ = r.Strs(v, name)
 		case "deny":
-			p.Deny, _ = r.strs(v, name)
+			p.Deny, _ = r.Strs(v, name)
 		default:
-			r.fail(k, name, "unknown field (profile, allow, ask, deny)")
+			r.Fail(k, name, "unknown field (profile, allow, ask, deny)")
 		}
 	})
 	return p

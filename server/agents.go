@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"os"
 	"reflect"
@@ -142,22 +141,8 @@ func agentCaller(o agent.Owner) Caller { return Caller{Tenant: o.Tenant, Actor: 
 // conflict, an invalid document, agent or task invalid_argument with the
 // document's lines, a stopping runner unavailable.
 func agentError(err error) error {
-	var ae *api.Error
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &ae):
-		return ae
-	case errors.Is(err, agent.ErrNotFound):
-		return api.Errorf(api.CodeNotFound, "%v", err)
-	case errors.Is(err, agent.ErrConflict):
-		return api.Errorf(api.CodeConflict, "%v", err)
-	case errors.Is(err, agent.ErrInvalid):
-		return api.Errorf(api.CodeInvalidArgument, "%v", err)
-	case errors.Is(err, agent.ErrClosed):
-		return api.Errorf(api.CodeUnavailable, "the server is shutting down")
-	}
-	return err
+	return runnerError(err, runnerSentinels{notFound: agent.ErrNotFound, conflict: agent.ErrConflict,
+		invalid: agent.ErrInvalid, closed: agent.ErrClosed})
 }
 
 // checkDocument compiles a create's document and checks what the daemon
@@ -253,26 +238,20 @@ func (s *Service) listAgentRuns(ctx context.Context, c Caller, in *input) (any, 
 }
 
 func (s *Service) getAgentRun(ctx context.Context, c Caller, in *input) (any, error) {
-	req, err := decode[api.AgentRunRef](in)
+	id, err := decodeRunRef[api.AgentRunRef](in)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkRun(req.Run); err != nil {
-		return nil, err
-	}
-	run, err := s.ag.eng.Get(ctx, c.Tenant, req.Run)
+	run, err := s.ag.eng.Get(ctx, c.Tenant, id)
 	return run, agentError(err)
 }
 
 func (s *Service) cancelAgentRun(ctx context.Context, c Caller, in *input) (any, error) {
-	req, err := decode[api.AgentRunRef](in)
+	id, err := decodeRunRef[api.AgentRunRef](in)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkRun(req.Run); err != nil {
-		return nil, err
-	}
-	run, err := s.ag.eng.Cancel(ctx, c.Tenant, req.Run)
+	run, err := s.ag.eng.Cancel(ctx, c.Tenant, id)
 	if err != nil {
 		return nil, agentError(err)
 	}
@@ -317,31 +296,13 @@ func (s *Service) resumeAgentRun(ctx context.Context, c Caller, in *input) (any,
 }
 
 func (s *Service) agentRunEvents(ctx context.Context, c Caller, in *input) (any, error) {
-	if in.emit == nil {
-		return nil, api.Errorf(api.CodeInvalidArgument, "agent.events is a stream")
-	}
-	req, err := decode[api.AgentEvents](in)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkRun(req.Run); err != nil {
-		return nil, err
-	}
-	// A missing run is a plain 404, before the stream begins.
-	if _, err := s.ag.eng.Get(ctx, c.Tenant, req.Run); err != nil {
-		return nil, agentError(err)
-	}
-	if req.Follow && in.open != nil {
-		// A follower knows the stream is up before the first event.
-		in.open()
-	}
-	run, err := s.ag.eng.Events(ctx, c.Tenant, req.Run, req.After, req.Follow, func(ev api.AgentEvent) error {
-		return in.emit(api.Event{Seq: ev.Seq, Type: api.EventAgent, Agent: &ev})
-	})
-	if err != nil {
-		return nil, agentError(err)
-	}
-	return run, nil
+	return serveRunEvents[api.AgentEvents](ctx, c, in, "agent.events", s.ag.eng.Get, s.ag.eng.Events,
+		agentStreamEvent, agentError)
+}
+
+// agentStreamEvent is ev as agent.events streams it.
+func agentStreamEvent(ev api.AgentEvent) api.Event {
+	return api.Event{Seq: ev.Seq, Type: api.EventAgent, Agent: &ev}
 }
 
 // agentAudit is what the audit keeps of an agent request: never the

@@ -35,10 +35,9 @@ import (
 type agJournal struct {
 	s *Service
 
-	mu sync.Mutex
 	// runs are the runs saved since the start, with the state their last
 	// record had (they are forgotten once ended).
-	runs map[string]*journaledAgent
+	runs journalRuns[journaledAgent]
 }
 
 var _ agent.Journal = (*agJournal)(nil)
@@ -54,18 +53,7 @@ type journaledAgent struct {
 }
 
 func newAgJournal(s *Service) *agJournal {
-	return &agJournal{s: s, runs: map[string]*journaledAgent{}}
-}
-
-func (j *agJournal) run(id string) *journaledAgent {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	jr := j.runs[id]
-	if jr == nil {
-		jr = &journaledAgent{}
-		j.runs[id] = jr
-	}
-	return jr
+	return &agJournal{s: s}
 }
 
 // SaveRun writes r's row (insert or replace) with evs, in one durable
@@ -74,27 +62,14 @@ func (j *agJournal) SaveRun(ctx context.Context, r *agent.Record, evs []api.Agen
 	if r == nil || r.Run.ID == "" {
 		return errors.New("agent journal: a record without a run id")
 	}
-	body, err := json.Marshal(r)
+	body, rows, err := encodeJournal("agent journal", r.Run.ID, r, evs, func(ev *api.AgentEvent, b json.RawMessage) store.AgentEvent {
+		return store.AgentEvent{Seq: ev.Seq, Event: b}
+	})
 	if err != nil {
-		return fmt.Errorf("agent journal: encoding run %s: %w", r.Run.ID, err)
+		return err
 	}
-	rows := make([]store.AgentEvent, len(evs))
-	for i, ev := range evs {
-		b, err := json.Marshal(ev)
-		if err != nil {
-			return fmt.Errorf("agent journal: encoding an event of %s: %w", r.Run.ID, err)
-		}
-		rows[i] = store.AgentEvent{Seq: ev.Seq, Event: b}
-	}
-	updated := r.Run.Updated
-	if updated.IsZero() {
-		updated = time.Now()
-	}
-	created := r.Run.Created
-	if created.IsZero() {
-		created = updated
-	}
-	jr := j.run(r.Run.ID)
+	created, updated := journalTimes(r.Run.Created, r.Run.Updated)
+	jr := j.runs.get(r.Run.ID)
 	jr.mu.Lock()
 	defer jr.mu.Unlock()
 	if !jr.known {
@@ -127,9 +102,7 @@ func (j *agJournal) SaveRun(ctx context.Context, r *agent.Record, evs []api.Agen
 	}
 	jr.state = r.Run.State
 	if agentEnded(r.Run.State) {
-		j.mu.Lock()
-		delete(j.runs, r.Run.ID)
-		j.mu.Unlock()
+		j.runs.forget(r.Run.ID)
 	}
 	return nil
 }
@@ -249,13 +222,9 @@ func (j *agJournal) Events(ctx context.Context, run string, after uint64, limit 
 	if err != nil {
 		return nil, err
 	}
-	out := make([]api.AgentEvent, len(rows))
-	for i, r := range rows {
-		if err := json.Unmarshal(r.Event, &out[i]); err != nil {
-			return nil, fmt.Errorf("agent journal: event %d of %s: %w", r.Seq, run, err)
-		}
-	}
-	return out, nil
+	return decodeJournalEvents[api.AgentEvent]("agent journal", run, rows, func(r *store.AgentEvent) (uint64, json.RawMessage) {
+		return r.Seq, r.Event
+	})
 }
 
 // Unfinished returns every tenant's runs in state pending or running.
@@ -295,14 +264,6 @@ func decodeAgentRecord(row *store.AgentRun) (*agent.Record, error) {
 // decodeRecords decodes rows; a row that does not decode is logged and
 // left out (one bad row must not hide the others, nor stop a restart).
 func (j *agJournal) decodeRecords(rows []store.AgentRun) []*agent.Record {
-	out := make([]*agent.Record, 0, len(rows))
-	for i := range rows {
-		r, err := decodeAgentRecord(&rows[i])
-		if err != nil {
-			j.s.log.Error("an agent run's record does not decode: left out", "run", rows[i].ID, "err", err)
-			continue
-		}
-		out = append(out, r)
-	}
-	return out
+	return decodeJournalRecords(j.s.log, "an agent run's record does not decode: left out", rows, decodeAgentRecord,
+		func(r *store.AgentRun) string { return r.ID })
 }

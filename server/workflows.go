@@ -95,30 +95,8 @@ func owner(c Caller) engine.Owner { return engine.Owner{Tenant: c.Tenant, Actor:
 // conflict, an invalid document or step invalid_argument with the
 // document's line, a stopping engine unavailable.
 func workflowError(err error) error {
-	var ae *api.Error
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &ae):
-		return ae
-	case errors.Is(err, engine.ErrNotFound):
-		return api.Errorf(api.CodeNotFound, "%v", err)
-	case errors.Is(err, engine.ErrConflict):
-		return api.Errorf(api.CodeConflict, "%v", err)
-	case errors.Is(err, engine.ErrInvalid):
-		return api.Errorf(api.CodeInvalidArgument, "%v", err)
-	case errors.Is(err, engine.ErrClosed):
-		return api.Errorf(api.CodeUnavailable, "the server is shutting down")
-	}
-	return err
-}
-
-// checkRun refuses an empty run id before the engine is asked.
-func checkRun(run string) error {
-	if run == "" {
-		return api.Errorf(api.CodeInvalidArgument, "run is required")
-	}
-	return nil
+	return runnerError(err, runnerSentinels{notFound: engine.ErrNotFound, conflict: engine.ErrConflict,
+		invalid: engine.ErrInvalid, closed: engine.ErrClosed})
 }
 
 func (s *Service) createWorkflow(ctx context.Context, c Caller, in *input) (any, error) {
@@ -174,26 +152,20 @@ func (s *Service) listWorkflows(ctx context.Context, c Caller, in *input) (any, 
 }
 
 func (s *Service) getWorkflow(ctx context.Context, c Caller, in *input) (any, error) {
-	req, err := decode[api.WorkflowRef](in)
+	id, err := decodeRunRef[api.WorkflowRef](in)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkRun(req.Run); err != nil {
-		return nil, err
-	}
-	run, err := s.wf.eng.Get(ctx, c.Tenant, req.Run)
+	run, err := s.wf.eng.Get(ctx, c.Tenant, id)
 	return run, workflowError(err)
 }
 
 func (s *Service) cancelWorkflow(ctx context.Context, c Caller, in *input) (any, error) {
-	req, err := decode[api.WorkflowRef](in)
+	id, err := decodeRunRef[api.WorkflowRef](in)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkRun(req.Run); err != nil {
-		return nil, err
-	}
-	run, err := s.wf.eng.Cancel(ctx, c.Tenant, req.Run)
+	run, err := s.wf.eng.Cancel(ctx, c.Tenant, id)
 	if err != nil {
 		return nil, workflowError(err)
 	}
@@ -245,31 +217,13 @@ func (s *Service) addWorkflowStep(ctx context.Context, c Caller, in *input) (any
 }
 
 func (s *Service) workflowEvents(ctx context.Context, c Caller, in *input) (any, error) {
-	if in.emit == nil {
-		return nil, api.Errorf(api.CodeInvalidArgument, "workflow.events is a stream")
-	}
-	req, err := decode[api.WorkflowEvents](in)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkRun(req.Run); err != nil {
-		return nil, err
-	}
-	// A missing run is a plain 404, before the stream begins.
-	if _, err := s.wf.eng.Get(ctx, c.Tenant, req.Run); err != nil {
-		return nil, workflowError(err)
-	}
-	if req.Follow && in.open != nil {
-		// A follower knows the stream is up before the first event.
-		in.open()
-	}
-	run, err := s.wf.eng.Events(ctx, c.Tenant, req.Run, req.After, req.Follow, func(ev api.WorkflowEvent) error {
-		return in.emit(api.Event{Seq: ev.Seq, Type: api.EventWorkflow, Workflow: &ev})
-	})
-	if err != nil {
-		return nil, workflowError(err)
-	}
-	return run, nil
+	return serveRunEvents[api.WorkflowEvents](ctx, c, in, "workflow.events", s.wf.eng.Get, s.wf.eng.Events,
+		workflowStreamEvent, workflowError)
+}
+
+// workflowStreamEvent is ev as workflow.events streams it.
+func workflowStreamEvent(ev api.WorkflowEvent) api.Event {
+	return api.Event{Seq: ev.Seq, Type: api.EventWorkflow, Workflow: &ev}
 }
 
 // workflowAudit is what the audit keeps of a workflow request: never the

@@ -29,10 +29,9 @@ import (
 type wfJournal struct {
 	s *Service
 
-	mu sync.Mutex
 	// runs are the runs saved since the start that have not ended, with
 	// what their last record said.
-	runs map[string]*journaledRun
+	runs journalRuns[journaledRun]
 }
 
 var _ engine.Journal = (*wfJournal)(nil)
@@ -46,19 +45,7 @@ type journaledRun struct {
 }
 
 func newWFJournal(s *Service) *wfJournal {
-	return &wfJournal{s: s, runs: map[string]*journaledRun{}}
-}
-
-// run returns the audit state of run id.
-func (j *wfJournal) run(id string) *journaledRun {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	jr := j.runs[id]
-	if jr == nil {
-		jr = &journaledRun{}
-		j.runs[id] = jr
-	}
-	return jr
+	return &wfJournal{s: s}
 }
 
 // SaveRun writes r's row (insert or replace) with evs, in one write, and
@@ -67,27 +54,14 @@ func (j *wfJournal) SaveRun(ctx context.Context, r *engine.Record, evs []api.Wor
 	if r == nil || r.Run.ID == "" {
 		return errors.New("workflow journal: a record without a run id")
 	}
-	body, err := json.Marshal(r)
+	body, rows, err := encodeJournal("workflow journal", r.Run.ID, r, evs, func(ev *api.WorkflowEvent, b json.RawMessage) store.WorkflowEvent {
+		return store.WorkflowEvent{Seq: ev.Seq, Body: b}
+	})
 	if err != nil {
-		return fmt.Errorf("workflow journal: encoding run %s: %w", r.Run.ID, err)
+		return err
 	}
-	rows := make([]store.WorkflowEvent, len(evs))
-	for i, ev := range evs {
-		b, err := json.Marshal(ev)
-		if err != nil {
-			return fmt.Errorf("workflow journal: encoding an event of %s: %w", r.Run.ID, err)
-		}
-		rows[i] = store.WorkflowEvent{Seq: ev.Seq, Body: b}
-	}
-	updated := r.Run.Updated
-	if updated.IsZero() {
-		updated = time.Now()
-	}
-	created := r.Run.Created
-	if created.IsZero() {
-		created = updated
-	}
-	jr := j.run(r.Run.ID)
+	created, updated := journalTimes(r.Run.Created, r.Run.Updated)
+	jr := j.runs.get(r.Run.ID)
 	jr.mu.Lock()
 	defer jr.mu.Unlock()
 	if !jr.known {
@@ -100,9 +74,7 @@ func (j *wfJournal) SaveRun(ctx context.Context, r *engine.Record, evs []api.Wor
 	}
 	j.auditEnds(r, jr)
 	if api.RunEnded(r.Run.State) {
-		j.mu.Lock()
-		delete(j.runs, r.Run.ID)
-		j.mu.Unlock()
+		j.runs.forget(r.Run.ID)
 	}
 	return nil
 }
@@ -208,13 +180,9 @@ func (j *wfJournal) Events(ctx context.Context, run string, after uint64, limit 
 	if err != nil {
 		return nil, err
 	}
-	out := make([]api.WorkflowEvent, len(rows))
-	for i, r := range rows {
-		if err := json.Unmarshal(r.Body, &out[i]); err != nil {
-			return nil, fmt.Errorf("workflow journal: event %d of %s: %w", r.Seq, run, err)
-		}
-	}
-	return out, nil
+	return decodeJournalEvents[api.WorkflowEvent]("workflow journal", run, rows, func(r *store.WorkflowEvent) (uint64, json.RawMessage) {
+		return r.Seq, r.Body
+	})
 }
 
 // LoadRun returns tenant's run; a missing run, or another tenant's, wraps
@@ -262,14 +230,6 @@ func decodeRecord(row *store.WorkflowRun) (*engine.Record, error) {
 // decodeRecords decodes rows; a row that does not decode is logged and
 // left out (one bad row must not hide the others, nor stop a restart).
 func (j *wfJournal) decodeRecords(rows []store.WorkflowRun) []*engine.Record {
-	out := make([]*engine.Record, 0, len(rows))
-	for i := range rows {
-		r, err := decodeRecord(&rows[i])
-		if err != nil {
-			j.s.log.Error("a workflow run's record does not decode: left out", "run", rows[i].ID, "err", err)
-			continue
-		}
-		out = append(out, r)
-	}
-	return out
+	return decodeJournalRecords(j.s.log, "a workflow run's record does not decode: left out", rows, decodeRecord,
+		func(r *store.WorkflowRun) string { return r.ID })
 }

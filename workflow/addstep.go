@@ -36,7 +36,7 @@ func (p *Plan) AddStep(group string, data []byte) (*PlanStep, error) {
 	if root == nil {
 		return nil, errs.err()
 	}
-	src := (&reader{errs: errs}).addedStep(root)
+	src := newReader(errs).addedStep(root)
 	if src == nil {
 		return nil, errs.err()
 	}
@@ -83,25 +83,25 @@ func (p *Plan) AddStep(group string, data []byte) (*PlanStep, error) {
 
 // addedStep reads the root of a step given alone (AddStep).
 func (r *reader) addedStep(n *yaml.Node) *docStep {
-	if !r.plain(n, "") {
+	if !r.Plain(n, "") {
 		return nil
 	}
 	if n.Kind != yaml.MappingNode {
-		r.fail(n, "", "want a step (a mapping with id)")
+		r.Fail(n, "", "want a step (a mapping with id)")
 		return nil
 	}
 	hasID := false
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		switch n.Content[i].Value {
 		case "group":
-			r.fail(n.Content[i], "group", "a group cannot be added: add its steps")
+			r.Fail(n.Content[i], "group", "a group cannot be added: add its steps")
 			return nil
 		case "id":
 			hasID = true
 		}
 	}
 	if !hasID {
-		r.fail(n, "id", "missing: a step needs an id")
+		r.Fail(n, "id", "missing: a step needs an id")
 		return nil
 	}
 	s := r.step(n)

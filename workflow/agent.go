@@ -13,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/moat-sandbox/moat/agent"
+	"github.com/moat-sandbox/moat/internal/yamlnode"
 )
 
 // An agent step (`agent:`) gives a task to one agent of the document's
@@ -116,12 +117,12 @@ type docAgentStep struct {
 func (r *reader) agents(k, n *yaml.Node) *docAgents {
 	const field = "agents"
 	a := &docAgents{line: k.Line, names: make(map[string]agentInfo)}
-	items, ok := r.sequence(n, field, "a list of agents (mappings with a name)")
+	items, ok := r.Sequence(n, field, "a list of agents (mappings with a name)")
 	if !ok {
 		return a
 	}
 	if len(items) == 0 {
-		r.fail(n, field, "empty: give at least one agent")
+		r.Fail(n, field, "empty: give at least one agent")
 		return a
 	}
 	before := len(r.errs.errs)
@@ -132,12 +133,12 @@ func (r *reader) agents(k, n *yaml.Node) *docAgents {
 		name := field + "[" + strconv.Itoa(i) + "]"
 		var got string
 		var perCall bool
-		r.mapping(it, name, func(key string, kn, v *yaml.Node) {
+		r.Mapping(it, name, func(key string, kn, v *yaml.Node) {
 			switch key {
 			case "name":
-				if s, ok := r.str(v, join(name, key)); ok {
+				if s, ok := r.Str(v, yamlnode.Join(name, key)); ok {
 					if !validAgentName.MatchString(s) {
-						r.fail(v, join(name, key), "%q is not a valid agent name (letters, digits, _, . and -, starting with a letter or digit, at most 63)", s)
+						r.Fail(v, yamlnode.Join(name, key), "%q is not a valid agent name (letters, digits, _, . and -, starting with a letter or digit, at most 63)", s)
 						return
 					}
 					got = s
@@ -151,12 +152,12 @@ func (r *reader) agents(k, n *yaml.Node) *docAgents {
 		}
 		if got == "" {
 			if !r.hasKey(it, "name") {
-				r.fail(it, join(name, "name"), "missing: an agent needs a name")
+				r.Fail(it, yamlnode.Join(name, "name"), "missing: an agent needs a name")
 			}
 			continue
 		}
 		if _, dup := a.names[got]; dup {
-			r.fail(it, join(name, "name"), "%q is the name of an agent before", got)
+			r.Fail(it, yamlnode.Join(name, "name"), "%q is the name of an agent before", got)
 			continue
 		}
 		a.names[got] = agentInfo{perCall: perCall}
@@ -168,7 +169,7 @@ func (r *reader) agents(k, n *yaml.Node) *docAgents {
 		{Kind: yaml.ScalarNode, Tag: "!!str", Value: "agents"}, n,
 	}})
 	if err != nil {
-		r.fail(n, field, "cannot be written as an agents document: %v", err)
+		r.Fail(n, field, "cannot be written as an agents document: %v", err)
 		return a
 	}
 	a.doc = string(out)
@@ -293,14 +294,14 @@ func (r *reader) plainTree(n *yaml.Node, field string) bool {
 	var walk func(n *yaml.Node) bool
 	walk = func(n *yaml.Node) bool {
 		if count++; count > maxAgentsNodes {
-			r.fail(n, field, "more than %d values", maxAgentsNodes)
+			r.Fail(n, field, "more than %d values", maxAgentsNodes)
 			return false
 		}
-		if !r.plain(n, field) {
+		if !r.Plain(n, field) {
 			return false
 		}
 		if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!merge" {
-			r.fail(n, field, "merge keys (<<) are not supported")
+			r.Fail(n, field, "merge keys (<<) are not supported")
 			return false
 		}
 		for _, c := range n.Content {
@@ -318,42 +319,42 @@ func (r *reader) agentStep(k, n *yaml.Node, field string) *docAgentStep {
 	a := &docAgentStep{line: k.Line, col: k.Column}
 	before := len(r.errs.errs)
 	defer func() { a.bad = len(r.errs.errs) > before }()
-	ok := r.mapping(n, field, func(key string, kn, v *yaml.Node) {
-		name := join(field, key)
+	ok := r.Mapping(n, field, func(key string, kn, v *yaml.Node) {
+		name := yamlnode.Join(field, key)
 		switch key {
 		case "agent":
 			a.agent = r.ref(v, name)
 		case "task":
-			s, ok := r.str(v, name)
+			s, ok := r.Str(v, name)
 			switch {
 			case !ok:
 			case strings.TrimSpace(s) == "":
-				r.fail(v, name, "empty: say what the agent is to do")
+				r.Fail(v, name, "empty: say what the agent is to do")
 			case len(s) > maxTaskBytes || !utf8.ValidString(s):
-				r.fail(v, name, "must be valid UTF-8 of at most %d bytes", maxTaskBytes)
+				r.Fail(v, name, "must be valid UTF-8 of at most %d bytes", maxTaskBytes)
 			default:
 				a.task = &s
 			}
 		case "max_turns":
 			if x, ok := r.count(v, name); ok {
 				if x < 1 || x > MaxAgentTurns {
-					r.fail(v, name, "must be between 1 and %d", MaxAgentTurns)
+					r.Fail(v, name, "must be between 1 and %d", MaxAgentTurns)
 				} else {
 					a.maxTurns = &x
 				}
 			}
 		default:
-			r.fail(kn, name, "unknown field")
+			r.Fail(kn, name, "unknown field")
 		}
 	})
 	if !ok {
 		return a
 	}
 	if a.agent == nil && !r.hasKey(n, "agent") {
-		r.fail(k, join(field, "agent"), "missing: name the agent (of the document's agents) the task is for")
+		r.Fail(k, yamlnode.Join(field, "agent"), "missing: name the agent (of the document's agents) the task is for")
 	}
 	if a.task == nil && !r.hasKey(n, "task") {
-		r.fail(k, join(field, "task"), "missing: give the agent its task")
+		r.Fail(k, yamlnode.Join(field, "task"), "missing: give the agent its task")
 	}
 	return a
 }
@@ -381,7 +382,7 @@ func (r *reader) agentOnly(s *docStep, keys []*yaml.Node) {
 		default:
 			continue
 		}
-		r.fail(k, k.Value, "%s", msg)
+		r.Fail(k, k.Value, "%s", msg)
 	}
 }
 

@@ -7,40 +7,41 @@ import (
 	units "github.com/docker/go-units"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/moat-sandbox/moat/internal/yamlnode"
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
 // budget reads a group's budget: cpus, memory, pids, each above 0.
 func (r *reader) budget(n *yaml.Node, field string, lines map[string]int) *sandbox.Limits {
 	b := &sandbox.Limits{}
-	r.mapping(n, field, func(key string, k, v *yaml.Node) {
-		name := join(field, key)
+	r.Mapping(n, field, func(key string, k, v *yaml.Node) {
+		name := yamlnode.Join(field, key)
 		var zero bool
 		switch key {
 		case "cpus":
-			x, ok := r.number(v, name)
+			x, ok := r.Number(v, name)
 			if !ok {
 				return
 			}
 			b.CPUs, zero = x, x == 0
 		case "memory":
-			x, ok := r.size(v, name)
+			x, ok := r.Size(v, name)
 			if !ok {
 				return
 			}
 			b.MemoryBytes, zero = x, x == 0
 		case "pids":
-			x, ok := r.integer(v, name)
+			x, ok := r.Integer(v, name)
 			if !ok {
 				return
 			}
 			b.Pids, zero = x, x <= 0
 		default:
-			r.fail(k, name, "unknown field")
+			r.Fail(k, name, "unknown field")
 			return
 		}
 		if zero {
-			r.fail(v, name, "must be more than 0")
+			r.Fail(v, name, "must be more than 0")
 			return
 		}
 		lines[name] = v.Line

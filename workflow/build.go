@@ -12,6 +12,7 @@ import (
 
 	"github.com/moat-sandbox/moat/api"
 	"github.com/moat-sandbox/moat/build"
+	"github.com/moat-sandbox/moat/internal/yamlnode"
 )
 
 // A build step (`build:`) compiles the outputs of an earlier step in a
@@ -94,8 +95,8 @@ func (r *reader) build(k, n *yaml.Node, field string) *docBuild {
 	b := &docBuild{line: k.Line, col: k.Column, lines: make(map[string]int)}
 	before := len(r.errs.errs)
 	defer func() { b.bad = len(r.errs.errs) > before }()
-	ok := r.mapping(n, field, func(key string, k, v *yaml.Node) {
-		name := join(field, key)
+	ok := r.Mapping(n, field, func(key string, k, v *yaml.Node) {
+		name := yamlnode.Join(field, key)
 		switch key {
 		case "source":
 			b.source, b.sourcePath = r.buildSource(v, name)
@@ -104,9 +105,9 @@ func (r *reader) build(k, n *yaml.Node, field string) *docBuild {
 				b.command = args
 			}
 		case "sh":
-			if s, ok := r.str(v, name); ok {
+			if s, ok := r.Str(v, name); ok {
 				if strings.TrimSpace(s) == "" {
-					r.fail(v, name, "empty command")
+					r.Fail(v, name, "empty command")
 				} else {
 					b.sh = &s
 				}
@@ -114,13 +115,13 @@ func (r *reader) build(k, n *yaml.Node, field string) *docBuild {
 		case "outputs":
 			b.outputs = r.buildOutputs(v, name)
 		case "template":
-			if s, ok := r.str(v, name); ok {
+			if s, ok := r.Str(v, name); ok {
 				b.template = &s
 			}
 		case "timeout":
 			if d, ok := r.duration(v, name); ok {
 				if d > MaxTimeout {
-					r.fail(v, name, "%s is more than the most a step may take (%s)", d, MaxTimeout)
+					r.Fail(v, name, "%s is more than the most a step may take (%s)", d, MaxTimeout)
 				} else {
 					b.timeout = &d
 				}
@@ -128,7 +129,7 @@ func (r *reader) build(k, n *yaml.Node, field string) *docBuild {
 		case "env":
 			b.env = r.buildEnv(v, name)
 		case "memory", "disk", "max_file_bytes", "max_total_bytes":
-			x, ok := r.size(v, name)
+			x, ok := r.Size(v, name)
 			if !ok {
 				break
 			}
@@ -143,13 +144,13 @@ func (r *reader) build(k, n *yaml.Node, field string) *docBuild {
 				b.maxTotal = &x
 			}
 		case "cpus":
-			if x, ok := r.number(v, name); ok {
+			if x, ok := r.Number(v, name); ok {
 				b.limits.cpus = &x
 			}
 		case "pids":
-			if x, ok := r.integer(v, name); ok {
+			if x, ok := r.Integer(v, name); ok {
 				if x < 0 {
-					r.fail(v, name, "must not be negative")
+					r.Fail(v, name, "must not be negative")
 				} else {
 					b.limits.pids = &x
 				}
@@ -161,9 +162,9 @@ func (r *reader) build(k, n *yaml.Node, field string) *docBuild {
 		case "net":
 			b.net = r.enum(v, name, "a build network", "none", "proxy")
 		case "allow_domains":
-			b.allow, _ = r.strs(v, name)
+			b.allow, _ = r.Strs(v, name)
 		default:
-			r.fail(k, name, "unknown field")
+			r.Fail(k, name, "unknown field")
 			return
 		}
 		b.lines[key] = v.Line
@@ -172,18 +173,18 @@ func (r *reader) build(k, n *yaml.Node, field string) *docBuild {
 		return b
 	}
 	if b.command != nil && b.sh != nil {
-		r.errs.add(b.lines["sh"], 0, join(field, "sh"), "give command or sh, not both")
+		r.errs.add(b.lines["sh"], 0, yamlnode.Join(field, "sh"), "give command or sh, not both")
 	}
 	if _, c := b.lines["command"]; !c {
 		if _, s := b.lines["sh"]; !s {
-			r.fail(k, join(field, "command"), "missing: a build needs command (a list of arguments) or sh (a shell command)")
+			r.Fail(k, yamlnode.Join(field, "command"), "missing: a build needs command (a list of arguments) or sh (a shell command)")
 		}
 	}
 	if _, ok := b.lines["source"]; !ok {
-		r.fail(k, join(field, "source"), "missing: a build needs the step whose outputs are its source")
+		r.Fail(k, yamlnode.Join(field, "source"), "missing: a build needs the step whose outputs are its source")
 	}
 	if _, ok := b.lines["allow_domains"]; ok && (b.net == nil || *b.net != "proxy") {
-		r.errs.add(b.lines["allow_domains"], 0, join(field, "allow_domains"), "needs net: proxy")
+		r.errs.add(b.lines["allow_domains"], 0, yamlnode.Join(field, "allow_domains"), "needs net: proxy")
 	}
 	return b
 }
@@ -198,13 +199,13 @@ func (r *reader) buildSource(n *yaml.Node, field string) (*ref, string) {
 	x.id = id
 	switch {
 	case id == "":
-		r.fail(n, field, "empty id (write STEP or STEP:/PATH)")
+		r.Fail(n, field, "empty id (write STEP or STEP:/PATH)")
 		return nil, ""
 	case !hasPath:
 		return x, ""
 	}
 	if msg := badPath(p); msg != "" {
-		r.fail(n, field, "%s", msg)
+		r.Fail(n, field, "%s", msg)
 		return nil, ""
 	}
 	return x, p
@@ -213,27 +214,27 @@ func (r *reader) buildSource(n *yaml.Node, field string) (*ref, string) {
 // buildOutputs reads a build's outputs: a non-empty list of paths
 // relative to /src, clean, none inside another.
 func (r *reader) buildOutputs(n *yaml.Node, field string) []string {
-	items, ok := r.sequence(n, field, "a list of paths relative to "+api.BuildSrc)
+	items, ok := r.Sequence(n, field, "a list of paths relative to "+api.BuildSrc)
 	if !ok {
 		return nil
 	}
 	if len(items) == 0 {
-		r.fail(n, field, "empty: name the files or directories to collect")
+		r.Fail(n, field, "empty: name the files or directories to collect")
 		return nil
 	}
 	var out []string
 	for _, it := range items {
-		p, ok := r.str(it, field)
+		p, ok := r.Str(it, field)
 		if !ok {
 			continue
 		}
 		p, err := build.OutputPath(p)
 		if err != nil {
-			r.fail(it, field, "%v", err)
+			r.Fail(it, field, "%v", err)
 			continue
 		}
 		if o := overlap(out, p); o != "" {
-			r.fail(it, field, "%s overlaps %s, given before", p, o)
+			r.Fail(it, field, "%s overlaps %s, given before", p, o)
 			continue
 		}
 		out = append(out, p)
@@ -245,23 +246,23 @@ func (r *reader) buildOutputs(n *yaml.Node, field string) []string {
 // XDG_CACHE_HOME are moat's, SOURCE_DATE_EPOCH a whole number of seconds.
 func (r *reader) buildEnv(n *yaml.Node, field string) map[string]string {
 	out := make(map[string]string)
-	r.mapping(n, field, func(key string, k, v *yaml.Node) {
-		name := join(field, key)
+	r.Mapping(n, field, func(key string, k, v *yaml.Node) {
+		name := yamlnode.Join(field, key)
 		switch {
 		case key == "" || strings.ContainsAny(key, "=\x00"):
-			r.fail(k, field, "%q is not a variable name", key)
+			r.Fail(k, field, "%q is not a variable name", key)
 			return
 		case slices.Contains(fixedBuildEnv, key):
-			r.fail(k, name, "fixed by moat in every build (under %s)", api.BuildDir)
+			r.Fail(k, name, "fixed by moat in every build (under %s)", api.BuildDir)
 			return
 		}
-		s, ok := r.text(v, name)
+		s, ok := r.Text(v, name)
 		if !ok {
 			return
 		}
 		if key == "SOURCE_DATE_EPOCH" {
 			if e, err := strconv.ParseInt(s, 10, 64); err != nil || e < 0 {
-				r.fail(v, name, "%q is not a whole number of seconds of 0 or more", s)
+				r.Fail(v, name, "%q is not a whole number of seconds of 0 or more", s)
 				return
 			}
 		}
@@ -301,7 +302,7 @@ func (r *reader) buildOnly(s *docStep, keys []*yaml.Node) {
 		default:
 			continue
 		}
-		r.fail(k, k.Value, "%s", msg)
+		r.Fail(k, k.Value, "%s", msg)
 	}
 }
 

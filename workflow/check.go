@@ -2,6 +2,8 @@ package workflow
 
 import (
 	"slices"
+
+	"github.com/moat-sandbox/moat/internal/yamlnode"
 )
 
 // check checks the placed plan: references, waits, cycles, the links of
@@ -51,7 +53,7 @@ func (b *builder) stepRefs(ix *planIndex, s *PlanStep, src *docStep) {
 		s.From = ""
 	}
 	for _, in := range src.inputs {
-		if b.badRef(ix, s, in.ref, join("inputs", in.id), false) {
+		if b.badRef(ix, s, in.ref, yamlnode.Join("inputs", in.id), false) {
 			delete(s.Inputs, in.id)
 		}
 	}
@@ -153,9 +155,9 @@ func (b *builder) links(ix *planIndex, s *PlanStep, src *docStep, isAnc func(x, 
 		}
 		switch {
 		case !isAnc(s.ID, f.ID):
-			b.errs.add(in.line, in.col, join("inputs", in.id), "step %q is not an ancestor of %q (%s does not wait for it)", f.ID, s.ID, s.ID)
+			b.errs.add(in.line, in.col, yamlnode.Join("inputs", in.id), "step %q is not an ancestor of %q (%s does not wait for it)", f.ID, s.ID, s.ID)
 		case len(f.Outputs) == 0:
-			b.errs.add(in.line, in.col, join("inputs", in.id), "step %q has no outputs", f.ID)
+			b.errs.add(in.line, in.col, yamlnode.Join("inputs", in.id), "step %q has no outputs", f.ID)
 		}
 	}
 	if src.build != nil {

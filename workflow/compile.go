@@ -32,7 +32,7 @@ func Compile(data []byte, opts Options) (*Plan, error) {
 	if root == nil {
 		return nil, errs.err()
 	}
-	r := &reader{errs: errs}
+	r := newReader(errs)
 	doc := r.parseDocument(data, root)
 	p := &Plan{Name: doc.name, defaults: doc.defaults, agents: doc.agents, children: make(map[string][]string)}
 	b := &builder{

@@ -7,6 +7,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/moat-sandbox/moat/api"
+	"github.com/moat-sandbox/moat/internal/yamlnode"
 )
 
 // Bounds of step fields.
@@ -24,22 +25,22 @@ const (
 // f and reports whether key is one (prefix is "defaults" in the defaults,
 // "" in a step: it starts the names of errors).
 func (r *reader) field(f *fields, prefix, key string, v *yaml.Node) bool {
-	name := join(prefix, key)
+	name := yamlnode.Join(prefix, key)
 	switch key {
 	case "run":
 		if args, ok := r.argv(v, name); ok {
 			f.run = args
 		}
 	case "sh":
-		if s, ok := r.str(v, name); ok {
+		if s, ok := r.Str(v, name); ok {
 			if strings.TrimSpace(s) == "" {
-				r.fail(v, name, "empty command")
+				r.Fail(v, name, "empty command")
 			} else {
 				f.sh = &s
 			}
 		}
 	case "template":
-		if s, ok := r.str(v, name); ok {
+		if s, ok := r.Str(v, name); ok {
 			f.template = &s
 		}
 	case "limits":
@@ -47,7 +48,7 @@ func (r *reader) field(f *fields, prefix, key string, v *yaml.Node) bool {
 	case "timeout":
 		if d, ok := r.duration(v, name); ok {
 			if d > MaxTimeout {
-				r.fail(v, name, "%s is more than the most a step may take (%s)", d, MaxTimeout)
+				r.Fail(v, name, "%s is more than the most a step may take (%s)", d, MaxTimeout)
 			} else {
 				f.timeout = &d
 			}
@@ -73,7 +74,7 @@ func (r *reader) field(f *fields, prefix, key string, v *yaml.Node) bool {
 
 // enum reads a string that must be one of values.
 func (r *reader) enum(n *yaml.Node, field, what string, values ...string) *string {
-	s, ok := r.str(n, field)
+	s, ok := r.Str(n, field)
 	if !ok {
 		return nil
 	}
@@ -82,30 +83,30 @@ func (r *reader) enum(n *yaml.Node, field, what string, values ...string) *strin
 			return &s
 		}
 	}
-	r.fail(n, field, "%q is not %s (%s)", s, what, strings.Join(values, ", "))
+	r.Fail(n, field, "%q is not %s (%s)", s, what, strings.Join(values, ", "))
 	return nil
 }
 
 // argv reads run: a non-empty list of arguments, the first non-empty.
 func (r *reader) argv(n *yaml.Node, field string) ([]string, bool) {
-	items, ok := r.sequence(n, field, "a list of arguments (or use sh for a shell command)")
+	items, ok := r.Sequence(n, field, "a list of arguments (or use sh for a shell command)")
 	if !ok {
 		return nil, false
 	}
 	if len(items) == 0 {
-		r.fail(n, field, "empty: give the program and its arguments")
+		r.Fail(n, field, "empty: give the program and its arguments")
 		return nil, false
 	}
 	args := make([]string, 0, len(items))
 	for _, it := range items {
-		s, ok := r.text(it, field)
+		s, ok := r.Text(it, field)
 		if !ok {
 			return nil, false
 		}
 		args = append(args, s)
 	}
 	if args[0] == "" {
-		r.fail(items[0], field, "the program (first argument) is empty")
+		r.Fail(items[0], field, "the program (first argument) is empty")
 		return nil, false
 	}
 	return args, true
@@ -113,31 +114,31 @@ func (r *reader) argv(n *yaml.Node, field string) ([]string, bool) {
 
 // limits reads limits: memory, cpus, pids, disk.
 func (r *reader) limits(f *fields, field string, n *yaml.Node) {
-	r.mapping(n, field, func(key string, k, v *yaml.Node) {
-		name := join(field, key)
+	r.Mapping(n, field, func(key string, k, v *yaml.Node) {
+		name := yamlnode.Join(field, key)
 		switch key {
 		case "memory":
-			if x, ok := r.size(v, name); ok {
+			if x, ok := r.Size(v, name); ok {
 				f.limits.memory = &x
 			}
 		case "disk":
-			if x, ok := r.size(v, name); ok {
+			if x, ok := r.Size(v, name); ok {
 				f.limits.disk = &x
 			}
 		case "pids":
-			if x, ok := r.integer(v, name); ok {
+			if x, ok := r.Integer(v, name); ok {
 				if x < 0 {
-					r.fail(v, name, "must not be negative")
+					r.Fail(v, name, "must not be negative")
 					return
 				}
 				f.limits.pids = &x
 			}
 		case "cpus":
-			if x, ok := r.number(v, name); ok {
+			if x, ok := r.Number(v, name); ok {
 				f.limits.cpus = &x
 			}
 		default:
-			r.fail(k, name, "unknown field")
+			r.Fail(k, name, "unknown field")
 			return
 		}
 		f.mark("limits."+key, v)
@@ -146,13 +147,13 @@ func (r *reader) limits(f *fields, field string, n *yaml.Node) {
 
 // retry reads retry: attempts, backoff, from.
 func (r *reader) retry(f *fields, field string, n *yaml.Node) {
-	r.mapping(n, field, func(key string, k, v *yaml.Node) {
-		name := join(field, key)
+	r.Mapping(n, field, func(key string, k, v *yaml.Node) {
+		name := yamlnode.Join(field, key)
 		switch key {
 		case "attempts":
-			if x, ok := r.integer(v, name); ok {
+			if x, ok := r.Integer(v, name); ok {
 				if x < 1 || x > MaxAttempts {
-					r.fail(v, name, "must be between 1 and %d", MaxAttempts)
+					r.Fail(v, name, "must be between 1 and %d", MaxAttempts)
 					return
 				}
 				a := int(x)
@@ -161,7 +162,7 @@ func (r *reader) retry(f *fields, field string, n *yaml.Node) {
 		case "backoff":
 			if d, ok := r.duration(v, name); ok {
 				if d > MaxBackoff {
-					r.fail(v, name, "%s is more than the longest wait between attempts (%s)", d, MaxBackoff)
+					r.Fail(v, name, "%s is more than the longest wait between attempts (%s)", d, MaxBackoff)
 					return
 				}
 				f.retry.backoff = &d
@@ -169,7 +170,7 @@ func (r *reader) retry(f *fields, field string, n *yaml.Node) {
 		case "from":
 			f.retry.from = r.enum(v, name, "a retry source", FromSnapshot, FromScratch)
 		default:
-			r.fail(k, name, "unknown field")
+			r.Fail(k, name, "unknown field")
 			return
 		}
 		f.mark("retry."+key, v)
@@ -185,15 +186,15 @@ func ReservedEnv(key string) bool {
 // env reads env: a mapping of names to string values.
 func (r *reader) env(n *yaml.Node, field string) map[string]string {
 	out := make(map[string]string)
-	r.mapping(n, field, func(key string, k, v *yaml.Node) {
-		name := join(field, key)
+	r.Mapping(n, field, func(key string, k, v *yaml.Node) {
+		name := yamlnode.Join(field, key)
 		switch {
 		case key == "" || strings.ContainsAny(key, "=\x00"):
-			r.fail(k, field, "%q is not a variable name", key)
+			r.Fail(k, field, "%q is not a variable name", key)
 		case ReservedEnv(key):
-			r.fail(k, name, "set by the workflow engine in every step")
+			r.Fail(k, name, "set by the workflow engine in every step")
 		default:
-			if s, ok := r.text(v, name); ok {
+			if s, ok := r.Text(v, name); ok {
 				out[key] = s
 			}
 		}
@@ -204,25 +205,25 @@ func (r *reader) env(n *yaml.Node, field string) map[string]string {
 // policy reads policy, shaped as api.CallRules.
 func (r *reader) policy(n *yaml.Node, field string) *api.CallRules {
 	p := &api.CallRules{}
-	r.mapping(n, field, func(key string, k, v *yaml.Node) {
-		name := join(field, key)
+	r.Mapping(n, field, func(key string, k, v *yaml.Node) {
+		name := yamlnode.Join(field, key)
 		switch key {
 		case "profile":
-			if s, ok := r.str(v, name); ok {
+			if s, ok := r.Str(v, name); ok {
 				if s != "" && s != "untrusted" {
-					r.fail(v, name, "%q is not a profile (untrusted)", s)
+					r.Fail(v, name, "%q is not a profile (untrusted)", s)
 					return
 				}
 				p.Profile = s
 			}
 		case "allow":
-			p.Allow, _ = r.strs(v, name)
+			p.Allow, _ = r.Strs(v, name)
 		case "ask":
-			p.Ask, _ = r.strs(v, name)
+			p.Ask, _ = r.Strs(v, name)
 		case "deny":
-			p.Deny, _ = r.strs(v, name)
+			p.Deny, _ = r.Strs(v, name)
 		default:
-			r.fail(k, name, "unknown field")
+			r.Fail(k, name, "unknown field")
 		}
 	})
 	return p
@@ -232,19 +233,19 @@ func (r *reader) policy(n *yaml.Node, field string) *api.CallRules {
 // takes).
 func (r *reader) network(n *yaml.Node, field string) *api.Network {
 	nw := &api.Network{}
-	r.mapping(n, field, func(key string, k, v *yaml.Node) {
-		name := join(field, key)
+	r.Mapping(n, field, func(key string, k, v *yaml.Node) {
+		name := yamlnode.Join(field, key)
 		switch key {
 		case "mode":
 			if s := r.enum(v, name, "a network mode", "none", "proxy", "open"); s != nil {
 				nw.Mode = *s
 			}
 		case "allow_domains":
-			nw.AllowDomains, _ = r.strs(v, name)
+			nw.AllowDomains, _ = r.Strs(v, name)
 		case "deny_domains":
-			nw.DenyDomains, _ = r.strs(v, name)
+			nw.DenyDomains, _ = r.Strs(v, name)
 		default:
-			r.fail(k, name, "unknown field")
+			r.Fail(k, name, "unknown field")
 		}
 	})
 	return nw

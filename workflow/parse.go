@@ -5,6 +5,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/moat-sandbox/moat/internal/yamlnode"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -19,27 +20,27 @@ const maxNameLen = 256
 func (r *reader) parseDocument(data []byte, root *yaml.Node) *document {
 	doc := &document{}
 	var steps *yaml.Node
-	r.mapping(root, "", func(key string, k, v *yaml.Node) {
+	r.Mapping(root, "", func(key string, k, v *yaml.Node) {
 		switch key {
 		case "name":
-			if s, ok := r.str(v, key); ok {
+			if s, ok := r.Str(v, key); ok {
 				if len(s) > maxNameLen || strings.IndexFunc(s, unicode.IsControl) >= 0 {
-					r.fail(v, key, "must be at most %d bytes, without control characters", maxNameLen)
+					r.Fail(v, key, "must be at most %d bytes, without control characters", maxNameLen)
 				} else {
 					doc.name = s
 				}
 			}
 		case "defaults":
 			doc.defaults = &fields{}
-			r.mapping(v, key, func(dk string, dkn, dv *yaml.Node) {
+			r.Mapping(v, key, func(dk string, dkn, dv *yaml.Node) {
 				if r.field(doc.defaults, key, dk, dv) {
 					return
 				}
 				switch dk {
 				case "id", "needs", "from", "inputs", "outputs", "stdin_from", "build", "agent":
-					r.fail(dkn, join(key, dk), "cannot have a default")
+					r.Fail(dkn, yamlnode.Join(key, dk), "cannot have a default")
 				default:
-					r.fail(dkn, join(key, dk), "unknown field")
+					r.Fail(dkn, yamlnode.Join(key, dk), "unknown field")
 				}
 			})
 			r.command(doc.defaults, key, v)
@@ -50,23 +51,23 @@ func (r *reader) parseDocument(data []byte, root *yaml.Node) *document {
 			steps = v
 			doc.items = r.items(v, key)
 		default:
-			r.fail(k, key, "unknown field")
+			r.Fail(k, key, "unknown field")
 		}
 	})
 	if root.Kind == yaml.MappingNode && steps == nil {
-		r.fail(root, "steps", "missing: a document needs a list of steps")
+		r.Fail(root, "steps", "missing: a document needs a list of steps")
 	}
 	return doc
 }
 
 // items reads a non-empty list of steps and groups.
 func (r *reader) items(n *yaml.Node, field string) []*item {
-	list, ok := r.sequence(n, field, "a list of steps and groups")
+	list, ok := r.Sequence(n, field, "a list of steps and groups")
 	if !ok {
 		return nil
 	}
 	if len(list) == 0 {
-		r.fail(n, field, "empty: give at least one step")
+		r.Fail(n, field, "empty: give at least one step")
 		return nil
 	}
 	var out []*item
@@ -81,11 +82,11 @@ func (r *reader) items(n *yaml.Node, field string) []*item {
 // item reads one entry of a steps list: a mapping with id (a step) or
 // group (a group).
 func (r *reader) item(n *yaml.Node, field string) *item {
-	if !r.plain(n, field) {
+	if !r.Plain(n, field) {
 		return nil
 	}
 	if n.Kind != yaml.MappingNode {
-		r.fail(n, field, "want a step (a mapping with id) or a group (a mapping with group)")
+		r.Fail(n, field, "want a step (a mapping with id) or a group (a mapping with group)")
 		return nil
 	}
 	var isStep, isGroup bool
@@ -99,37 +100,37 @@ func (r *reader) item(n *yaml.Node, field string) *item {
 	}
 	switch {
 	case isStep && isGroup:
-		r.fail(n, field, "has both id (a step) and group (a group)")
+		r.Fail(n, field, "has both id (a step) and group (a group)")
 		return nil
 	case isGroup:
 		return &item{group: r.group(n)}
 	case isStep:
 		return &item{step: r.step(n)}
 	}
-	r.fail(n, field, "want a step (a mapping with id) or a group (a mapping with group)")
+	r.Fail(n, field, "want a step (a mapping with id) or a group (a mapping with group)")
 	return nil
 }
 
 // id reads a step's or group's id.
 func (r *reader) id(n *yaml.Node, field string) string {
-	s, ok := r.str(n, field)
+	s, ok := r.Str(n, field)
 	if !ok {
 		return ""
 	}
 	if !validID.MatchString(s) {
-		r.fail(n, field, "%q is not a valid id (lowercase letters, digits, _ and -, starting with a letter or digit, at most 63)", s)
+		r.Fail(n, field, "%q is not a valid id (lowercase letters, digits, _ and -, starting with a letter or digit, at most 63)", s)
 	}
 	return s
 }
 
 // ref reads an id that a field names.
 func (r *reader) ref(n *yaml.Node, field string) *ref {
-	s, ok := r.str(n, field)
+	s, ok := r.Str(n, field)
 	if !ok {
 		return nil
 	}
 	if s == "" {
-		r.fail(n, field, "empty id")
+		r.Fail(n, field, "empty id")
 		return nil
 	}
 	return &ref{id: s, line: n.Line, col: n.Column}
@@ -143,7 +144,7 @@ func (r *reader) needs(n *yaml.Node, field string) []ref {
 		}
 		return nil
 	}
-	list, ok := r.sequence(n, field, "an id or a list of ids")
+	list, ok := r.Sequence(n, field, "an id or a list of ids")
 	if !ok {
 		return nil
 	}
@@ -160,7 +161,7 @@ func (r *reader) needs(n *yaml.Node, field string) []ref {
 func (r *reader) step(n *yaml.Node) *docStep {
 	s := &docStep{line: n.Line, col: n.Column}
 	var keys []*yaml.Node
-	r.mapping(n, "", func(key string, k, v *yaml.Node) {
+	r.Mapping(n, "", func(key string, k, v *yaml.Node) {
 		keys = append(keys, k)
 		if r.field(&s.f, "", key, v) {
 			return
@@ -183,7 +184,7 @@ func (r *reader) step(n *yaml.Node) *docStep {
 		case "agent":
 			s.agent = r.agentStep(k, v, key)
 		default:
-			r.fail(k, key, "unknown field")
+			r.Fail(k, key, "unknown field")
 		}
 	})
 	r.command(&s.f, "", n)
@@ -201,7 +202,7 @@ func (r *reader) step(n *yaml.Node) *docStep {
 // and sh.
 func (r *reader) command(f *fields, prefix string, n *yaml.Node) {
 	if f.run != nil && f.sh != nil {
-		r.errs.add(f.lines["sh"], 0, join(prefix, "sh"), "give run or sh, not both")
+		r.errs.add(f.lines["sh"], 0, yamlnode.Join(prefix, "sh"), "give run or sh, not both")
 		f.sh = nil
 	}
 }
@@ -210,18 +211,18 @@ func (r *reader) command(f *fields, prefix string, n *yaml.Node) {
 func (r *reader) group(n *yaml.Node) *docGroup {
 	g := &docGroup{line: n.Line, mode: Sequential, lines: make(map[string]int)}
 	var steps *yaml.Node
-	r.mapping(n, "", func(key string, k, v *yaml.Node) {
+	r.Mapping(n, "", func(key string, k, v *yaml.Node) {
 		g.lines[key] = v.Line
 		switch key {
 		case "group":
 			g.id, g.line = r.id(v, key), k.Line
 		case "mode":
-			if s, ok := r.str(v, key); ok {
+			if s, ok := r.Str(v, key); ok {
 				switch s {
 				case Sequential, Parallel, Concurrent:
 					g.mode = s
 				default:
-					r.fail(v, key, "%q is not a mode (sequential, parallel or concurrent)", s)
+					r.Fail(v, key, "%q is not a mode (sequential, parallel or concurrent)", s)
 				}
 			}
 		case "needs":
@@ -236,11 +237,11 @@ func (r *reader) group(n *yaml.Node) *docGroup {
 			steps = v
 			g.items = r.items(v, key)
 		default:
-			r.fail(k, key, "unknown field")
+			r.Fail(k, key, "unknown field")
 		}
 	})
 	if steps == nil {
-		r.fail(n, "steps", "missing: a group needs at least one step")
+		r.Fail(n, "steps", "missing: a group needs at least one step")
 	}
 	if g.mode == Sequential {
 		if g.maxParallel != nil {

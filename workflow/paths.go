@@ -5,6 +5,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/moat-sandbox/moat/internal/yamlnode"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -12,18 +13,18 @@ import (
 func (r *reader) inputs(n *yaml.Node, field string) []input {
 	var out []input
 	seen := make(map[string]string)
-	r.mapping(n, field, func(key string, k, v *yaml.Node) {
-		name := join(field, key)
-		p, ok := r.str(v, name)
+	r.Mapping(n, field, func(key string, k, v *yaml.Node) {
+		name := yamlnode.Join(field, key)
+		p, ok := r.Str(v, name)
 		if !ok {
 			return
 		}
 		if msg := badPath(p); msg != "" {
-			r.fail(v, name, "%s", msg)
+			r.Fail(v, name, "%s", msg)
 			return
 		}
 		if other, dup := seen[p]; dup {
-			r.fail(v, name, "%s is already the path of %q", p, other)
+			r.Fail(v, name, "%s is already the path of %q", p, other)
 			return
 		}
 		seen[p] = key
@@ -34,22 +35,22 @@ func (r *reader) inputs(n *yaml.Node, field string) []input {
 
 // outputs reads outputs: a list of paths, none inside another.
 func (r *reader) outputs(n *yaml.Node, field string) []string {
-	items, ok := r.sequence(n, field, "a list of absolute paths")
+	items, ok := r.Sequence(n, field, "a list of absolute paths")
 	if !ok {
 		return nil
 	}
 	var out []string
 	for _, it := range items {
-		p, ok := r.str(it, field)
+		p, ok := r.Str(it, field)
 		if !ok {
 			continue
 		}
 		if msg := badPath(p); msg != "" {
-			r.fail(it, field, "%s", msg)
+			r.Fail(it, field, "%s", msg)
 			continue
 		}
 		if o := overlap(out, p); o != "" {
-			r.fail(it, field, "%s overlaps %s, given before", p, o)
+			r.Fail(it, field, "%s overlaps %s, given before", p, o)
 			continue
 		}
 		out = append(out, p)

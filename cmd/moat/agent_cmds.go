@@ -18,11 +18,7 @@ import (
 // up a run of one, chooses as run does.
 
 func agList(sio sandboxIO) *command {
-	var (
-		asJSON bool
-		state  string
-		limit  int
-	)
+	var o runListOpts
 	return &command{
 		name:  "ls",
 		usage: "[--state STATE] [--limit N] [--json]",
@@ -30,30 +26,19 @@ func agList(sio sandboxIO) *command {
 		long: `List your agent runs, newest first: ID AGENT STATE TURNS TOKENS (in→out)
 CREATED DURATION. --state keeps the runs in one state: pending, running,
 succeeded, failed or cancelled.`,
-		setup: func(fl *pflag.FlagSet) {
-			fl.StringVar(&state, "state", "", "list only the runs in `STATE`")
-			fl.IntVar(&limit, "limit", 0, "list at most `N` runs (0: the daemon's default)")
-			fl.BoolVar(&asJSON, "json", false, "print the list as JSON")
-		},
+		setup: o.declare,
 		run: func(ctx context.Context, args []string) error {
-			if len(args) > 0 {
-				return usageError("ls takes no arguments")
-			}
-			switch state {
-			case "", api.AgentPending, api.AgentRunning, api.AgentSucceeded, api.AgentFailed, api.AgentCancelled:
-			default:
-				return usageError("--state %q: want pending, running, succeeded, failed or cancelled", state)
-			}
-			if limit < 0 {
-				return usageError("--limit must not be negative")
+			states := []string{api.AgentPending, api.AgentRunning, api.AgentSucceeded, api.AgentFailed, api.AgentCancelled}
+			if err := o.check(args, states); err != nil {
+				return err
 			}
 			return withClient(func(c *client.Client) error {
-				list, err := c.AgentRuns(ctx, api.ListAgentRuns{State: state, Limit: limit})
+				list, err := c.AgentRuns(ctx, api.ListAgentRuns{State: o.state, Limit: o.limit})
 				if err != nil {
 					return err
 				}
 				now := time.Now()
-				return printList(sio.stdout, asJSON, list, "ID\tAGENT\tSTATE\tTURNS\tTOKENS\tCREATED\tDURATION", func(r api.AgentRun) string {
+				return printList(sio.stdout, o.asJSON, list, "ID\tAGENT\tSTATE\tTURNS\tTOKENS\tCREATED\tDURATION", func(r api.AgentRun) string {
 					d := display.String
 					return fmt.Sprintf("%s\t%s\t%s\t%d\t%d→%d\t%s\t%s", d(r.ID), d(r.Agent), d(r.State), r.Turns,
 						r.Usage.InputTokens, r.Usage.OutputTokens, ago(now, r.Created), span(r.Created, r.Ended, now))
@@ -126,34 +111,13 @@ cannot be reached; 130 interrupted.`,
 }
 
 func agCancel(sio sandboxIO) *command {
-	var asJSON bool
-	return &command{
-		name:  "cancel",
-		usage: "[--json] RUN",
-		short: "Cancel a run",
-		long: `Cancel a run: its model call and tool calls are stopped and its sandboxes
+	return cancelCommand(sio, `Cancel a run: its model call and tool calls are stopped and its sandboxes
 deleted; its conversations are kept ('moat agent resume' takes it up
 again). Prints the run's id and state (--json: the run).`,
-		setup: func(fl *pflag.FlagSet) {
-			fl.BoolVar(&asJSON, "json", false, "print the run as JSON")
+		func(ctx context.Context, c *client.Client, id string) (*api.AgentRun, error) {
+			return c.CancelAgentRun(ctx, id)
 		},
-		run: func(ctx context.Context, args []string) error {
-			if len(args) != 1 {
-				return usageError("cancel takes one run id")
-			}
-			return withClient(func(c *client.Client) error {
-				run, err := c.CancelAgentRun(ctx, args[0])
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					return printJSONTo(sio.stdout, run)
-				}
-				_, err = fmt.Fprintf(sio.stdout, "%s %s\n", display.String(run.ID), display.String(run.State))
-				return err
-			})
-		},
-	}
+		func(r *api.AgentRun) (string, string) { return r.ID, r.State })
 }
 
 func agResume(sio sandboxIO) *command {

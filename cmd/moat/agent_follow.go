@@ -2,13 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
-	"os/signal"
-	"sync"
-	"sync/atomic"
-	"syscall"
 
 	"github.com/moat-sandbox/moat/api"
 	"github.com/moat-sandbox/moat/client"
@@ -26,7 +20,10 @@ func followAgent(ctx context.Context, c *client.Client, t target, id string, aft
 	out := &lockedWriter{w: sio.stdout}
 	errw := &lockedWriter{w: sio.stderr}
 	p := &agentPrinter{w: errw}
-	ctx, interrupted, stop := watchAgentInterrupt(ctx, c, t, id, errw)
+	ctx, interrupted, stop := watchInterrupt(ctx, t, "agent run", id, func(ctx context.Context) error {
+		_, err := c.CancelAgentRun(ctx, id)
+		return err
+	}, errw)
 	defer stop()
 	run, err := agentWaitEnd(ctx, c, id, after, func(ev api.AgentEvent) error {
 		if asJSON {
@@ -109,52 +106,4 @@ func agentEndState(typ string) string {
 		return api.AgentCancelled
 	}
 	return ""
-}
-
-// watchAgentInterrupt handles ^C (SIGINT, SIGTERM) while an agent run is
-// followed: see followAgent. It returns the context to follow with,
-// whether a signal came, and the function that stops watching.
-func watchAgentInterrupt(ctx context.Context, c *client.Client, t target, id string, stderr *lockedWriter) (context.Context, func() bool, func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	sigc := make(chan os.Signal, 2)
-	signal.Notify(sigc, os.Interrupt, syscall.SIGTERM)
-	done := make(chan struct{})
-	var hit atomic.Bool
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		select {
-		case <-sigc:
-		case <-done:
-			return
-		}
-		hit.Store(true)
-		if !t.local {
-			cancel()
-			return
-		}
-		fmt.Fprintf(stderr, "moat: cancelling agent run %s (^C again to stop at once)\n", display.String(id))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
-			defer ccancel()
-			if _, err := c.CancelAgentRun(cctx, id); err != nil && !errors.Is(err, context.Canceled) {
-				fmt.Fprintf(stderr, "moat: cancelling agent run %s: %s\n", display.String(id), display.String(err.Error()))
-				cancel()
-			}
-		}()
-		select {
-		case <-sigc:
-			cancel()
-		case <-done:
-		}
-	}()
-	return ctx, hit.Load, func() {
-		signal.Stop(sigc)
-		close(done)
-		cancel()
-		wg.Wait()
-	}
 }

@@ -18,11 +18,7 @@ import (
 // run, which may start a private daemon: workflow.go).
 
 func wfList(sio sandboxIO) *command {
-	var (
-		asJSON bool
-		state  string
-		limit  int
-	)
+	var o runListOpts
 	return &command{
 		name:  "ls",
 		usage: "[--state STATE] [--limit N] [--json]",
@@ -30,30 +26,19 @@ func wfList(sio sandboxIO) *command {
 		long: `List your workflow runs, newest first: ID NAME STATE STEPS (succeeded of
 all) CREATED DURATION. --state keeps the runs in one state: pending,
 running, succeeded, failed or cancelled.`,
-		setup: func(fl *pflag.FlagSet) {
-			fl.StringVar(&state, "state", "", "list only the runs in `STATE`")
-			fl.IntVar(&limit, "limit", 0, "list at most `N` runs (0: the daemon's default)")
-			fl.BoolVar(&asJSON, "json", false, "print the list as JSON")
-		},
+		setup: o.declare,
 		run: func(ctx context.Context, args []string) error {
-			if len(args) > 0 {
-				return usageError("ls takes no arguments")
-			}
-			switch state {
-			case "", api.RunPending, api.RunRunning, api.RunSucceeded, api.RunFailed, api.RunCancelled:
-			default:
-				return usageError("--state %q: want pending, running, succeeded, failed or cancelled", state)
-			}
-			if limit < 0 {
-				return usageError("--limit must not be negative")
+			states := []string{api.RunPending, api.RunRunning, api.RunSucceeded, api.RunFailed, api.RunCancelled}
+			if err := o.check(args, states); err != nil {
+				return err
 			}
 			return withClient(func(c *client.Client) error {
-				list, err := c.ListWorkflows(ctx, api.ListWorkflows{State: state, Limit: limit})
+				list, err := c.ListWorkflows(ctx, api.ListWorkflows{State: o.state, Limit: o.limit})
 				if err != nil {
 					return err
 				}
 				now := time.Now()
-				return printList(sio.stdout, asJSON, list, "ID\tNAME\tSTATE\tSTEPS\tCREATED\tDURATION", func(r api.WorkflowRun) string {
+				return printList(sio.stdout, o.asJSON, list, "ID\tNAME\tSTATE\tSTEPS\tCREATED\tDURATION", func(r api.WorkflowRun) string {
 					steps := "-"
 					if len(r.Steps) > 0 {
 						ok := 0
@@ -132,34 +117,13 @@ run, or the daemon cannot be reached; 130 interrupted.`,
 }
 
 func wfCancel(sio sandboxIO) *command {
-	var asJSON bool
-	return &command{
-		name:  "cancel",
-		usage: "[--json] RUN",
-		short: "Cancel a run",
-		long: `Cancel a run: its running steps are killed, the waiting ones never
+	return cancelCommand(sio, `Cancel a run: its running steps are killed, the waiting ones never
 start. Prints the run's id and state (--json: the run). 'moat workflow
 resume' runs it again.`,
-		setup: func(fl *pflag.FlagSet) {
-			fl.BoolVar(&asJSON, "json", false, "print the run as JSON")
+		func(ctx context.Context, c *client.Client, id string) (*api.WorkflowRun, error) {
+			return c.CancelWorkflow(ctx, id)
 		},
-		run: func(ctx context.Context, args []string) error {
-			if len(args) != 1 {
-				return usageError("cancel takes one run id")
-			}
-			return withClient(func(c *client.Client) error {
-				run, err := c.CancelWorkflow(ctx, args[0])
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					return printJSONTo(sio.stdout, run)
-				}
-				_, err = fmt.Fprintf(sio.stdout, "%s %s\n", display.String(run.ID), display.String(run.State))
-				return err
-			})
-		},
-	}
+		func(r *api.WorkflowRun) (string, string) { return r.ID, r.State })
 }
 
 func wfResume(sio sandboxIO) *command {

@@ -2,14 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
-	"os/signal"
-	"sync"
-	"sync/atomic"
-	"syscall"
-	"time"
 
 	"github.com/spf13/pflag"
 
@@ -31,9 +24,6 @@ func (o *followOpts) declare(fl *pflag.FlagSet) {
 	fl.BoolVar(&o.json, "json", false, "print JSON: the run (with --follow: the events, one a line, then the run on one line)")
 }
 
-// cancelTimeout bounds the cancel request ^C sends to a private daemon.
-const cancelTimeout = 30 * time.Second
-
 // follow waits for run id to end, printing (with o.follow) its events
 // after sequence number after, then the run as o says, and returns the
 // ended run. ^C: for a private daemon (t.local) it cancels the run and
@@ -44,7 +34,10 @@ func follow(ctx context.Context, c *client.Client, t target, id string, after ui
 	out := &lockedWriter{w: sio.stdout}
 	errw := &lockedWriter{w: sio.stderr}
 	sio = sandboxIO{sio.stdin, out, errw}
-	ctx, interrupted, stop := watchInterrupt(ctx, c, t, id, errw)
+	ctx, interrupted, stop := watchInterrupt(ctx, t, "run", id, func(ctx context.Context) error {
+		_, err := c.CancelWorkflow(ctx, id)
+		return err
+	}, errw)
 	defer stop()
 	run, err := waitEnd(ctx, c, id, after, func(ev api.WorkflowEvent) error {
 		if !o.follow {
@@ -119,50 +112,4 @@ func endState(typ string) string {
 		return api.RunCancelled
 	}
 	return ""
-}
-
-// watchInterrupt handles ^C (SIGINT, SIGTERM) while a run is followed:
-// see follow. It returns the context to follow with, whether a signal
-// came, and the function that stops watching.
-func watchInterrupt(ctx context.Context, c *client.Client, t target, id string, stderr *lockedWriter) (context.Context, func() bool, func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	sigc := make(chan os.Signal, 2)
-	signal.Notify(sigc, os.Interrupt, syscall.SIGTERM)
-	done := make(chan struct{})
-	var hit atomic.Bool
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		select {
-		case <-sigc:
-		case <-done:
-			return
-		}
-		hit.Store(true)
-		if !t.local {
-			cancel()
-			return
-		}
-		fmt.Fprintf(stderr, "moat: cancelling run %s (^C again to stop at once)\n", display.String(id))
-		go func() {
-			cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
-			defer ccancel()
-			if _, err := c.CancelWorkflow(cctx, id); err != nil && !errors.Is(err, context.Canceled) {
-				fmt.Fprintf(stderr, "moat: cancelling run %s: %s\n", display.String(id), display.String(err.Error()))
-				cancel()
-			}
-		}()
-		select {
-		case <-sigc:
-			cancel()
-		case <-done:
-		}
-	}()
-	return ctx, hit.Load, func() {
-		signal.Stop(sigc)
-		close(done)
-		wg.Wait()
-		cancel()
-	}
 }
